@@ -1,0 +1,84 @@
+package v1alpha1_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+)
+
+// TestKubectl drives the API server with the machine's kubectl the way a user would:
+// the CRDs dry-run apply server-side, every sample applies, and `kubectl get` prints
+// the printer columns.
+func TestKubectl(t *testing.T) {
+	kubectlPath, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatalf("kubectl is needed for this test (.ci/run checks it is installed): %v", err)
+	}
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(kubectlPath, append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+		cmd.Dir = testenv.RepoRoot()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	if out := kubectl("version"); !strings.Contains(out, "Server Version: v1.37") {
+		t.Errorf("kubectl version does not show the stamped server version:\n%s", out)
+	}
+	out := kubectl("apply", "--server-side", "--dry-run=server", "-f", "config/crd/bases")
+	for _, crd := range []string{"tenantroutes", "edgeproviders", "regions"} {
+		if !strings.Contains(out, crd+".routing.tenantroute.io serverside-applied (server dry run)") {
+			t.Errorf("dry-run apply did not report %s:\n%s", crd, out)
+		}
+	}
+
+	out = kubectl("apply", "-f", "config/samples")
+	for _, want := range []string{"tenantroute.routing.tenantroute.io/acme created", "tenantroute.routing.tenantroute.io/globex created",
+		"edgeprovider.routing.tenantroute.io/cloudflare created", "edgeprovider.routing.tenantroute.io/aws created",
+		"region.routing.tenantroute.io/eu-west created"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl apply -f config/samples: missing %q in:\n%s", want, out)
+		}
+	}
+
+	out = kubectl("get", "tenantroutes", "-n", "tenants")
+	if !regexp.MustCompile(`(?m)^NAME\s+TENANT\s+REGION\s+ACTIVE EDGE\s+READY\s+AGE$`).MatchString(out) {
+		t.Errorf("kubectl get tenantroutes header is not NAME TENANT REGION ACTIVE EDGE READY AGE:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^acme\s+acme\s+eu-west\s`).MatchString(out) {
+		t.Errorf("kubectl get tenantroutes does not list acme with its tenant and region:\n%s", out)
+	}
+	out = kubectl("get", "edgeproviders")
+	if !regexp.MustCompile(`(?m)^NAME\s+TYPE\s+HEALTHY\s+AGE$`).MatchString(out) {
+		t.Errorf("kubectl get edgeproviders header:\n%s", out)
+	}
+	out = kubectl("get", "regions")
+	if !regexp.MustCompile(`(?m)^NAME\s+BACKENDS\s+AGE$`).MatchString(out) {
+		t.Errorf("kubectl get regions header:\n%s", out)
+	}
+	if out := kubectl("explain", "tenantroute.spec.hostnames"); !strings.Contains(out, "custom domain") {
+		t.Errorf("kubectl explain does not show the field documentation:\n%s", out)
+	}
+}

@@ -1,0 +1,208 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FailoverMode says how a TenantRoute's active edge is chosen.
+// +kubebuilder:validation:Enum=Automatic;Manual
+type FailoverMode string
+
+const (
+	// FailoverAutomatic makes the first healthy edge in spec.edges the active edge.
+	FailoverAutomatic FailoverMode = "Automatic"
+	// FailoverManual makes spec.failover.pinnedEdge the active edge, whatever its health.
+	FailoverManual FailoverMode = "Manual"
+)
+
+// DeletionPolicyAnnotation on a TenantRoute set to DeletionPolicyOrphan leaves its
+// records in the providers when the TenantRoute is deleted.
+const (
+	DeletionPolicyAnnotation = "routing.tenantroute.io/deletion-policy"
+	DeletionPolicyOrphan     = "Orphan"
+)
+
+// TenantRouteSpec declares how one tenant is reached.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.mode != 'Manual' || (has(self.failover.pinnedEdge) && self.failover.pinnedEdge.size() > 0)",fieldPath=".failover.pinnedEdge",reason=FieldValueRequired,message="spec.failover.pinnedEdge is required when spec.failover.mode is Manual"
+// +kubebuilder:validation:XValidation:rule="!has(self.failover) || !has(self.failover.pinnedEdge) || self.failover.pinnedEdge.size() == 0 || self.failover.pinnedEdge in self.edges",fieldPath=".failover.pinnedEdge",message="spec.failover.pinnedEdge must be one of spec.edges"
+// +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.mode == 'Manual' || !has(self.failover.pinnedEdge) || self.failover.pinnedEdge.size() == 0",fieldPath=".failover.pinnedEdge",message="spec.failover.pinnedEdge is only allowed when spec.failover.mode is Manual"
+type TenantRouteSpec struct {
+	// tenantID identifies the tenant to the region's backends (sent as the
+	// X-Tenant-ID header by the proxy).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.tenantID must be lowercase letters, digits and hyphens, starting and ending with a letter or digit"
+	TenantID string `json:"tenantID"`
+
+	// region names the Region whose backends serve this tenant.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Region string `json:"region"`
+
+	// hostnames the tenant is reached at: lowercase DNS names (internationalised names
+	// in their xn-- punycode form), wildcards not supported. A hostname inside a zone of
+	// one of the edges gets records; any other hostname is a custom domain, routed by
+	// the proxy, for which status.customDomains tells the CNAME the tenant must create.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(h, h.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?[.])+[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'))",messageExpression="'spec.hostnames: \"' + self.filter(h, !h.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?[.])+[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'))[0] + '\" is not a lowercase RFC 1123 DNS name with at least two labels (labels of 1-63 letters, digits and hyphens; no wildcards, no trailing dot)'"
+	Hostnames []string `json:"hostnames"`
+
+	// edges are EdgeProvider names in order of preference. Every hostname gets records
+	// in every listed provider's zones, all pointing at the active edge.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	Edges []string `json:"edges"`
+
+	// ttl of the records in seconds (30-86400). Cloudflare zones below the plan's
+	// minimum (60 s on most plans) get that minimum.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=86400
+	TTL int32 `json:"ttl,omitempty"`
+
+	// failover chooses the active edge.
+	// +optional
+	Failover *FailoverPolicy `json:"failover,omitempty"`
+}
+
+// FailoverPolicy chooses a TenantRoute's active edge.
+type FailoverPolicy struct {
+	// mode is Automatic (the first healthy edge in spec.edges is active; if none is
+	// healthy the current one stays) or Manual (pinnedEdge is active whatever its health).
+	// +optional
+	// +kubebuilder:default=Automatic
+	Mode FailoverMode `json:"mode,omitempty"`
+
+	// pinnedEdge is the active edge in Manual mode; one of spec.edges.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PinnedEdge string `json:"pinnedEdge,omitempty"`
+}
+
+// RecordState summarises a TenantRoute's records in one provider.
+// +kubebuilder:validation:Enum=Synced;Pending;Error
+type RecordState string
+
+const (
+	// RecordsSynced: every record is in place.
+	RecordsSynced RecordState = "Synced"
+	// RecordsPending: changes are queued or being applied.
+	RecordsPending RecordState = "Pending"
+	// RecordsError: the provider rejected or could not be reached; see message.
+	RecordsError RecordState = "Error"
+)
+
+// ProviderRecordStatus is the state of a TenantRoute's records in one EdgeProvider.
+type ProviderRecordStatus struct {
+	// edge is the EdgeProvider's name.
+	// +required
+	Edge string `json:"edge"`
+
+	// state is Synced, Pending or Error.
+	// +required
+	State RecordState `json:"state"`
+
+	// records is the number of records the operator manages for this TenantRoute there.
+	// +optional
+	Records int32 `json:"records,omitempty"`
+
+	// message explains an Error or Pending state.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// CustomDomainStatus tells the tenant how to point a custom domain at its route.
+type CustomDomainStatus struct {
+	// hostname is the custom domain, outside every managed zone.
+	// +required
+	Hostname string `json:"hostname"`
+
+	// cnameTarget is what the tenant's own DNS must CNAME the hostname to.
+	// +optional
+	CNAMETarget string `json:"cnameTarget,omitempty"`
+}
+
+// TenantRouteStatus is the observed state of a TenantRoute.
+type TenantRouteStatus struct {
+	// observedGeneration is the generation of the spec last fully reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// activeEdge is the EdgeProvider every record currently points at.
+	// +optional
+	ActiveEdge string `json:"activeEdge,omitempty"`
+
+	// lastFailoverTime is when the active edge last changed because of health.
+	// +optional
+	LastFailoverTime *metav1.Time `json:"lastFailoverTime,omitempty"`
+
+	// providers is the state of the records in each EdgeProvider of spec.edges.
+	// +optional
+	// +listType=map
+	// +listMapKey=edge
+	Providers []ProviderRecordStatus `json:"providers,omitempty"`
+
+	// customDomains are the hostnames outside every managed zone, with the CNAME the
+	// tenant must create for each.
+	// +optional
+	// +listType=map
+	// +listMapKey=hostname
+	CustomDomains []CustomDomainStatus `json:"customDomains,omitempty"`
+
+	// conditions: Ready, RecordsSynced, EdgeHealthy, FailedOver, Conflict.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TenantRoute routes one tenant's hostnames to its region through the active edge.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tr,categories=tenantroute
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenantID`
+// +kubebuilder:printcolumn:name="Region",type=string,JSONPath=`.spec.region`
+// +kubebuilder:printcolumn:name="Active Edge",type=string,JSONPath=`.status.activeEdge`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name of a TenantRoute must be at most 63 characters"
+type TenantRoute struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec declares the tenant's hostnames, region and edges.
+	// +required
+	Spec TenantRouteSpec `json:"spec"`
+
+	// status is written by the operator.
+	// +optional
+	Status TenantRouteStatus `json:"status,omitempty"`
+}
+
+// TenantRouteList is a list of TenantRoutes.
+//
+// +kubebuilder:object:root=true
+type TenantRouteList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TenantRoute `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TenantRoute{}, &TenantRouteList{})
+}
