@@ -78,6 +78,15 @@ func TestKubectl(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^NAME\s+BACKENDS\s+AGE$`).MatchString(out) {
 		t.Errorf("kubectl get regions header:\n%s", out)
 	}
+	for _, dir := range []string{"config/default", "config/samples", "config/prometheus"} {
+		if out := kubectl("kustomize", dir); !strings.Contains(out, "kind:") {
+			t.Errorf("kubectl kustomize %s rendered nothing:\n%s", dir, out)
+		}
+	}
+	if out := kubectl("kustomize", "config/default"); !strings.Contains(out, "kind: Deployment") || !strings.Contains(out, "namespace: tenantroute-system") {
+		t.Errorf("config/default does not render the manager Deployment in tenantroute-system")
+	}
+
 	if out := kubectl("explain", "tenantroute.spec.hostnames"); !strings.Contains(out, "custom domain") {
 		t.Errorf("kubectl explain does not show the field documentation:\n%s", out)
 	}
