@@ -1,0 +1,128 @@
+package providers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Cached wraps a Provider so that a zone is listed at most once per resync period,
+// however many callers ask, and is kept current with the changes applied through it.
+type Cached struct {
+	Provider
+	resync time.Duration
+
+	mu     sync.Mutex
+	zones  map[string]*zoneRecords // by zone id
+	flight singleflight.Group
+}
+
+type zoneRecords struct {
+	records  map[Key]Record
+	listedAt time.Time
+	snapshot []Record // sorted; rebuilt after changes
+}
+
+// NewCached lists each zone at most once per resync.
+func NewCached(p Provider, resync time.Duration) *Cached {
+	return &Cached{Provider: p, resync: resync, zones: map[string]*zoneRecords{}}
+}
+
+// ListRecords returns the zone's records from the cache, listing the zone when it was
+// never listed or was listed more than the resync period ago. Concurrent callers of a
+// zone share one list call. The records returned must not be modified.
+func (c *Cached) ListRecords(ctx context.Context, zone Zone) ([]Record, error) {
+	if recs, ok := c.fresh(zone.ID); ok {
+		return recs, nil
+	}
+	v, err, _ := c.flight.Do(zone.ID, func() (any, error) {
+		if recs, ok := c.fresh(zone.ID); ok {
+			return recs, nil
+		}
+		listedAt := time.Now()
+		recs, err := c.Provider.ListRecords(ctx, zone)
+		if err != nil {
+			return nil, err
+		}
+		zr := &zoneRecords{records: make(map[Key]Record, len(recs)), listedAt: listedAt}
+		for _, r := range recs {
+			zr.records[r.Key()] = r
+		}
+		c.mu.Lock()
+		c.zones[zone.ID] = zr
+		snapshot := zr.sorted()
+		c.mu.Unlock()
+		return snapshot, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]Record), nil
+}
+
+func (c *Cached) fresh(zoneID string) ([]Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	zr, ok := c.zones[zoneID]
+	if !ok || time.Since(zr.listedAt) >= c.resync {
+		return nil, false
+	}
+	return zr.sorted(), true
+}
+
+// sorted returns the records ordered by name and type; c.mu must be held.
+func (zr *zoneRecords) sorted() []Record {
+	if zr.snapshot == nil {
+		zr.snapshot = make([]Record, 0, len(zr.records))
+		for _, r := range zr.records {
+			zr.snapshot = append(zr.snapshot, r)
+		}
+		slices.SortFunc(zr.snapshot, func(a, b Record) int {
+			if n := strings.Compare(a.Name, b.Name); n != 0 {
+				return n
+			}
+			return strings.Compare(a.Type, b.Type)
+		})
+	}
+	return zr.snapshot
+}
+
+// ApplyChanges applies through the provider and records the applied changes in the
+// cache. When the outcome is uncertain (an error: a batch may have been applied with
+// its answer lost) the zone is listed again on next use. Rejected changes were not
+// applied and leave the cache as it is; should the cache have caused them (a record
+// someone else created meanwhile), the next resync corrects it.
+func (c *Cached) ApplyChanges(ctx context.Context, zone Zone, changes []Change) (Result, error) {
+	res, err := c.Provider.ApplyChanges(ctx, zone, changes)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	zr, ok := c.zones[zone.ID]
+	if !ok {
+		return res, err
+	}
+	if err != nil {
+		delete(c.zones, zone.ID)
+		return res, err
+	}
+	for _, ch := range res.Applied {
+		if ch.Old != nil {
+			delete(zr.records, ch.Old.Key())
+		}
+		if ch.New != nil {
+			zr.records[ch.New.Key()] = *ch.New
+		}
+	}
+	zr.snapshot = nil
+	return res, err
+}
+
+// Invalidate makes the next ListRecords of the zone list it again.
+func (c *Cached) Invalidate(zone Zone) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.zones, zone.ID)
+}
