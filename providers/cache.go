@@ -15,6 +15,7 @@ import (
 type Cached struct {
 	Provider
 	resync time.Duration
+	now    func() time.Time
 
 	mu     sync.Mutex
 	zones  map[string]*zoneRecords // by zone id
@@ -29,7 +30,7 @@ type zoneRecords struct {
 
 // NewCached lists each zone at most once per resync.
 func NewCached(p Provider, resync time.Duration) *Cached {
-	return &Cached{Provider: p, resync: resync, zones: map[string]*zoneRecords{}}
+	return &Cached{Provider: p, resync: resync, now: time.Now, zones: map[string]*zoneRecords{}}
 }
 
 // ListRecords returns the zone's records from the cache, listing the zone when it was
@@ -43,7 +44,7 @@ func (c *Cached) ListRecords(ctx context.Context, zone Zone) ([]Record, error) {
 		if recs, ok := c.fresh(zone.ID); ok {
 			return recs, nil
 		}
-		listedAt := time.Now()
+		listedAt := c.now()
 		recs, err := c.Provider.ListRecords(ctx, zone)
 		if err != nil {
 			return nil, err
@@ -68,7 +69,7 @@ func (c *Cached) fresh(zoneID string) ([]Record, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	zr, ok := c.zones[zoneID]
-	if !ok || time.Since(zr.listedAt) >= c.resync {
+	if !ok || c.now().Sub(zr.listedAt) >= c.resync {
 		return nil, false
 	}
 	return zr.sorted(), true

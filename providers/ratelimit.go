@@ -102,6 +102,13 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	return resp, err
 }
 
+// RoundTripperFunc adapts a function, such as an SDK's HTTP client Do method, to an
+// http.RoundTripper.
+type RoundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip implements http.RoundTripper.
+func (f RoundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 // ParseRetryAfter reads Retry-After-Ms or Retry-After (seconds or an HTTP date); 0 when absent.
 func ParseRetryAfter(h http.Header) time.Duration {
 	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {

@@ -1,0 +1,201 @@
+// Package emulatorkit holds what the provider emulators share: fault injection,
+// request counting and a sliding-window rate limit.
+package emulatorkit
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Faults are injected into an emulator's API answers.
+type Faults struct {
+	// Outage answers every API request with 503.
+	Outage bool `json:"outage"`
+	// ErrorRate is the fraction (0-1) of API requests answered with 500.
+	ErrorRate float64 `json:"errorRate"`
+	// Latency is added to every API request.
+	Latency Duration `json:"latency"`
+	// TooManyRequests answers the next N API requests with 429 (Cloudflare) or a
+	// Throttling error (Route53).
+	TooManyRequests int `json:"tooManyRequests"`
+	// RetryAfter is the Retry-After sent with injected 429s.
+	RetryAfter Duration `json:"retryAfter"`
+}
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration struct{ time.Duration }
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	d.Duration = v
+	return err
+}
+
+// Verdict is what the fault injector decided for one request.
+type Verdict int
+
+// Verdicts.
+const (
+	Pass Verdict = iota
+	Unavailable
+	InternalError
+	Throttled
+)
+
+// Kit is embedded by each emulator.
+type Kit struct {
+	mu       sync.Mutex
+	faults   Faults
+	counters map[string]int
+	windows  map[string]*window
+
+	// Limit and Window are the real rate limit per credential; Limit 0 disables it.
+	Limit  int
+	Window time.Duration
+}
+
+// SetFaults replaces the injected faults.
+func (k *Kit) SetFaults(f Faults) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.faults = f
+}
+
+// Faults returns the injected faults.
+func (k *Kit) Faults() Faults {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.faults
+}
+
+// SetRateLimit sets the limit per credential; 0 turns rate limiting off.
+func (k *Kit) SetRateLimit(limit int, window time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.Limit, k.Window = limit, window
+	k.windows = nil
+}
+
+// Count adds one request to the counter of endpoint.
+func (k *Kit) Count(endpoint string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.counters == nil {
+		k.counters = map[string]int{}
+	}
+	k.counters[endpoint]++
+}
+
+// Counters returns the requests counted per endpoint ("GET /zones/{id}/dns_records").
+func (k *Kit) Counters() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int, len(k.counters))
+	for e, n := range k.counters {
+		out[e] = n
+	}
+	return out
+}
+
+// ResetCounters zeroes the counters.
+func (k *Kit) ResetCounters() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.counters = nil
+}
+
+// Inject applies latency and decides the injected fault for one API request.
+func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
+	k.mu.Lock()
+	f := k.faults
+	verdict := Pass
+	switch {
+	case f.Outage:
+		verdict = Unavailable
+	case f.TooManyRequests > 0:
+		k.faults.TooManyRequests--
+		verdict = Throttled
+	case f.ErrorRate > 0 && rand.Float64() < f.ErrorRate:
+		verdict = InternalError
+	}
+	k.mu.Unlock()
+	if f.Latency.Duration > 0 {
+		select {
+		case <-time.After(f.Latency.Duration):
+		case <-r.Context().Done():
+		}
+	}
+	return verdict, f.RetryAfter.Duration
+}
+
+// Admit counts a request against credential's window and returns 0, or how long
+// until the window admits a request.
+func (k *Kit) Admit(credential string, now time.Time) time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.Limit <= 0 {
+		return 0
+	}
+	if k.windows == nil {
+		k.windows = map[string]*window{}
+	}
+	w, ok := k.windows[credential]
+	if !ok {
+		w = &window{}
+		k.windows[credential] = w
+	}
+	// Drop the requests that left the window.
+	cut := 0
+	for cut < len(w.times) && now.Sub(w.times[cut]) >= k.Window {
+		cut++
+	}
+	w.times = w.times[cut:]
+	if len(w.times) >= k.Limit {
+		return w.times[0].Add(k.Window).Sub(now)
+	}
+	w.times = append(w.times, now)
+	return 0
+}
+
+type window struct{ times []time.Time }
+
+// ServeAdmin serves the admin endpoints every emulator shares under /__admin/:
+// GET/PUT faults, GET counters, DELETE counters.
+func (k *Kit) ServeAdmin(w http.ResponseWriter, r *http.Request, path string) bool {
+	switch {
+	case path == "/__admin/faults" && r.Method == http.MethodGet:
+		writeJSON(w, k.Faults())
+	case path == "/__admin/faults" && r.Method == http.MethodPut:
+		var f Faults
+		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return true
+		}
+		k.SetFaults(f)
+		writeJSON(w, f)
+	case path == "/__admin/counters" && r.Method == http.MethodGet:
+		writeJSON(w, k.Counters())
+	case path == "/__admin/counters" && r.Method == http.MethodDelete:
+		k.ResetCounters()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

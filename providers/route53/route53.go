@@ -1,0 +1,374 @@
+// Package route53 is the AWS Route53 DNS provider, on aws-sdk-go-v2.
+//
+// Ownership: Route53 has no per-record metadata, so each owned record set has a
+// registry TXT record at a derived name, "_tenantroute-<type>.<name>" with the value
+// "heritage=tenantroute,owner=<owner>", written in the same atomic change batch as the
+// set itself. It sits below the name, never beside a CNAME. Sets without a registry
+// record are foreign and never changed.
+package route53
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	r53 "github.com/aws/aws-sdk-go-v2/service/route53"
+	"github.com/aws/aws-sdk-go-v2/service/route53/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// Defaults from Route53's published limits.
+const (
+	DefaultRegion     = "us-east-1"
+	DefaultRateLimit  = 5
+	DefaultRateWindow = time.Second
+	// MaxRecords and MaxChars per ChangeResourceRecordSets, an UPSERT counting twice.
+	MaxRecords = 1000
+	MaxChars   = 32000
+	// DefaultMaxAttempts per request, Throttling and PriorRequestNotComplete included.
+	DefaultMaxAttempts = 5
+
+	registryPrefix = "_tenantroute-"
+	registryValue  = "heritage=tenantroute,owner="
+	registryTTL    = 300
+)
+
+// Options configure one AWS account.
+type Options struct {
+	// Name identifies the account in errors and metrics.
+	Name string
+	// Region signs requests; Route53 is global and signs as us-east-1.
+	Region string
+	// Endpoint replaces the Route53 endpoint (an emulator).
+	Endpoint string
+	// AccessKeyID and SecretAccessKey are static credentials; when empty the default
+	// AWS credential chain is used.
+	AccessKeyID, SecretAccessKey, SessionToken string
+	// RateLimit requests per RateWindow; defaults to Route53's 5 per second.
+	RateLimit  int
+	RateWindow time.Duration
+	// MaxAttempts per request (1 = no retries).
+	MaxAttempts int
+	// Transport underlies the rate-limited transport; http.DefaultTransport if nil.
+	Transport http.RoundTripper
+}
+
+// Provider is one AWS account.
+type Provider struct {
+	name   string
+	client *r53.Client
+}
+
+// New returns the provider for one account. Every request, SDK retries included, goes
+// through the account's rate limiter.
+func New(ctx context.Context, o Options) (*Provider, error) {
+	if o.Region == "" {
+		o.Region = DefaultRegion
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit, o.RateWindow = DefaultRateLimit, DefaultRateWindow
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	loadOpts := []func(*config.LoadOptions) error{config.WithRegion(o.Region)}
+	if o.AccessKeyID != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, o.SessionToken)))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("loading AWS configuration: %w", err)
+	}
+	// The SDK's own HTTP client honours AWS_CA_BUNDLE and its timeouts; it is wrapped,
+	// not replaced.
+	base := o.Transport
+	if base == nil {
+		base = providers.RoundTripperFunc(cfg.HTTPClient.Do)
+	}
+	httpClient := &http.Client{Transport: &providers.LimitedTransport{
+		Base: base, Limiter: providers.NewLimiter(o.RateLimit, o.RateWindow),
+	}, Timeout: 30 * time.Second}
+	client := r53.NewFromConfig(cfg, func(ro *r53.Options) {
+		ro.HTTPClient = httpClient
+		if o.Endpoint != "" {
+			ro.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		// The standard retryer's retry-token bucket gives up during a long throttle
+		// storm; the account limiter already paces requests, so it is turned off.
+		ro.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = o.MaxAttempts
+			so.MaxBackoff = 5 * time.Second
+			so.RateLimiter = ratelimit.None
+			so.Retryables = append(so.Retryables, retry.RetryableErrorCode{
+				Codes: map[string]struct{}{"PriorRequestNotComplete": {}},
+			})
+		})
+	})
+	return &Provider{name: o.Name, client: client}, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return p.name }
+
+// ResolveZone implements providers.Provider.
+func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (providers.Zone, error) {
+	const op = "ResolveZone"
+	if zone.ID != "" {
+		out, err := p.client.GetHostedZone(ctx, &r53.GetHostedZoneInput{Id: aws.String(zone.ID)})
+		if err != nil {
+			return zone, p.classify(op, err)
+		}
+		if got := providers.CanonicalName(aws.ToString(out.HostedZone.Name)); got != zone.Name {
+			return zone, p.permanent(op, "hosted zone %s is %s, not %s", zone.ID, got, zone.Name)
+		}
+		zone.ID = strings.TrimPrefix(aws.ToString(out.HostedZone.Id), "/hostedzone/")
+		return zone, nil
+	}
+	out, err := p.client.ListHostedZonesByName(ctx, &r53.ListHostedZonesByNameInput{
+		DNSName: aws.String(zone.Name), MaxItems: aws.Int32(10),
+	})
+	if err != nil {
+		return zone, p.classify(op, err)
+	}
+	for _, z := range out.HostedZones {
+		if providers.CanonicalName(aws.ToString(z.Name)) == zone.Name && (z.Config == nil || !z.Config.PrivateZone) {
+			zone.ID = strings.TrimPrefix(aws.ToString(z.Id), "/hostedzone/")
+			return zone, nil
+		}
+	}
+	return zone, p.permanent(op, "hosted zone %s not found in this account", zone.Name)
+}
+
+// ListRecords implements providers.Provider with the record-set paginator, joining
+// registry records to the sets they own.
+func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
+	var sets []types.ResourceRecordSet
+	pages := r53.NewListResourceRecordSetsPaginator(p.client, &r53.ListResourceRecordSetsInput{
+		HostedZoneId: aws.String(zone.ID), MaxItems: aws.Int32(300),
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, p.classify("ListRecords", err)
+		}
+		sets = append(sets, page.ResourceRecordSets...)
+	}
+	owners := map[providers.Key]string{}
+	var records []providers.Record
+	for _, s := range sets {
+		r := fromSet(s)
+		if owned, ok := registryTarget(r); ok {
+			if len(r.Values) == 1 && strings.HasPrefix(r.Values[0], registryValue) {
+				owners[owned] = strings.TrimPrefix(r.Values[0], registryValue)
+			}
+			continue
+		}
+		records = append(records, r)
+	}
+	for i := range records {
+		records[i].Owner = owners[records[i].Key()]
+	}
+	return records, nil
+}
+
+func fromSet(s types.ResourceRecordSet) providers.Record {
+	r := providers.Record{Name: unescape(aws.ToString(s.Name)), Type: string(s.Type), TTL: aws.ToInt64(s.TTL)}
+	for _, rr := range s.ResourceRecords {
+		r.Values = append(r.Values, aws.ToString(rr.Value))
+	}
+	if s.AliasTarget != nil {
+		r.Values = append(r.Values, "ALIAS "+aws.ToString(s.AliasTarget.DNSName))
+	}
+	if s.SetIdentifier != nil {
+		// A routing-policy set shares its name and type with others; the operator never
+		// writes those, so it keeps them apart and foreign.
+		r.Type += "/" + aws.ToString(s.SetIdentifier)
+	}
+	return providers.NormalizeCommon(r)
+}
+
+// unescape turns Route53's octal escapes (\052 for *) back into characters.
+func unescape(name string) string {
+	if !strings.Contains(name, `\`) {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		if name[i] == '\\' && i+3 < len(name) {
+			var c byte
+			if _, err := fmt.Sscanf(name[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(name[i])
+	}
+	return b.String()
+}
+
+// registryName is where the ownership of a record set is written.
+func registryName(k providers.Key) string {
+	return registryPrefix + strings.ToLower(k.Type) + "." + k.Name
+}
+
+// registryTarget returns the key of the set a registry record owns.
+func registryTarget(r providers.Record) (providers.Key, bool) {
+	if r.Type != providers.TypeTXT || !strings.HasPrefix(r.Name, registryPrefix) {
+		return providers.Key{}, false
+	}
+	typ, name, ok := strings.Cut(strings.TrimPrefix(r.Name, registryPrefix), ".")
+	if !ok {
+		return providers.Key{}, false
+	}
+	return providers.Key{Name: name, Type: strings.ToUpper(typ)}, true
+}
+
+// Normalize implements providers.Provider: Route53 has no proxying.
+func (p *Provider) Normalize(r providers.Record) providers.Record {
+	r = providers.NormalizeCommon(r)
+	r.Proxied = false
+	return r
+}
+
+// ApplyChanges implements providers.Provider with ChangeResourceRecordSets batches
+// within Route53's limits.
+func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, changes []providers.Change) (providers.Result, error) {
+	b := providers.Batcher{
+		Limit: BatchLimit,
+		Cost:  ChangeCost,
+		Send: func(ctx context.Context, batch []providers.Change) ([]providers.Change, error) {
+			return p.send(ctx, zone, batch)
+		},
+	}
+	return b.Apply(ctx, changes)
+}
+
+// BatchLimit is the most one ChangeResourceRecordSets may carry.
+var BatchLimit = providers.Cost{Records: MaxRecords, Chars: MaxChars}
+
+// ChangeCost is what a change costs against BatchLimit, registry record included:
+// resource records and characters of values, an UPSERT counting twice.
+func ChangeCost(c providers.Change) providers.Cost {
+	var cost providers.Cost
+	for _, wc := range wireChanges(c) {
+		weight := 1
+		if wc.Action == types.ChangeActionUpsert {
+			weight = 2
+		}
+		for _, rr := range wc.ResourceRecordSet.ResourceRecords {
+			cost.Records += weight
+			cost.Chars += weight * len(aws.ToString(rr.Value))
+		}
+	}
+	return cost
+}
+
+// wireChanges are the Route53 changes of one record-set change, registry included.
+// Updates are UPSERTs of the set (its owner does not change); creates UPSERT the
+// registry record, so that a registry record left by a set someone deleted by hand
+// does not block it.
+func wireChanges(c providers.Change) []types.Change {
+	switch c.Action {
+	case providers.Create:
+		return []types.Change{
+			{Action: types.ChangeActionCreate, ResourceRecordSet: toSet(*c.New)},
+			{Action: types.ChangeActionUpsert, ResourceRecordSet: registrySet(*c.New)},
+		}
+	case providers.Update:
+		return []types.Change{{Action: types.ChangeActionUpsert, ResourceRecordSet: toSet(*c.New)}}
+	default:
+		return []types.Change{
+			{Action: types.ChangeActionDelete, ResourceRecordSet: toSet(*c.Old)},
+			{Action: types.ChangeActionDelete, ResourceRecordSet: registrySet(*c.Old)},
+		}
+	}
+}
+
+func toSet(r providers.Record) *types.ResourceRecordSet {
+	s := &types.ResourceRecordSet{Name: aws.String(r.Name + "."), Type: types.RRType(r.Type), TTL: aws.Int64(r.TTL)}
+	for _, v := range r.Values {
+		switch r.Type {
+		case providers.TypeTXT:
+			v = providers.QuoteTXT(v)
+		case providers.TypeCNAME:
+			v += "."
+		}
+		s.ResourceRecords = append(s.ResourceRecords, types.ResourceRecord{Value: aws.String(v)})
+	}
+	return s
+}
+
+func registrySet(r providers.Record) *types.ResourceRecordSet {
+	return toSet(providers.Record{
+		Name: registryName(r.Key()), Type: providers.TypeTXT, TTL: registryTTL,
+		Values: []string{registryValue + r.Owner},
+	})
+}
+
+func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []providers.Change) ([]providers.Change, error) {
+	var wire []types.Change
+	for _, c := range batch {
+		wire = append(wire, wireChanges(c)...)
+	}
+	_, err := p.client.ChangeResourceRecordSets(ctx, &r53.ChangeResourceRecordSetsInput{
+		HostedZoneId: aws.String(zone.ID),
+		ChangeBatch:  &types.ChangeBatch{Changes: wire, Comment: aws.String("tenantroute-operator")},
+	})
+	if err != nil {
+		err = p.classify("ApplyChanges", err)
+		var invalid *types.InvalidChangeBatch
+		var input *types.InvalidInput
+		if errors.As(err, &invalid) || errors.As(err, &input) {
+			return nil, &providers.RejectedError{Err: err}
+		}
+		return nil, err
+	}
+	return batch, nil
+}
+
+// classify wraps an SDK error as a providers.Error: throttling, 5xx and network
+// failures are transient; credentials refused, zone not found and invalid changes
+// are permanent.
+func (p *Provider) classify(op string, err error) error {
+	e := &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Err: err}
+	var apiErr smithy.APIError
+	var respErr *smithyhttp.ResponseError
+	switch {
+	case errors.As(err, &apiErr):
+		e.Code = apiErr.ErrorCode()
+		switch e.Code {
+		case "Throttling", "ThrottlingException", "PriorRequestNotComplete", "ServiceUnavailable", "InternalFailure", "RequestTimeout":
+		default:
+			if errors.As(err, &respErr) && respErr.HTTPStatusCode() >= 500 {
+				break
+			}
+			e.Kind = providers.Permanent
+		}
+		if ae, ok := apiErr.(*types.InvalidChangeBatch); ok {
+			e.Err = fmt.Errorf("%w: %s", err, strings.Join(ae.Messages, "; "))
+		}
+	case errors.As(err, &respErr) && respErr.HTTPStatusCode() < 500:
+		e.Code = fmt.Sprint(respErr.HTTPStatusCode())
+		e.Kind = providers.Permanent
+	default:
+		e.Code = "network"
+	}
+	return e
+}
+
+func (p *Provider) permanent(op, format string, args ...any) error {
+	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Permanent, Code: "NoSuchHostedZone", Err: fmt.Errorf(format, args...)}
+}
