@@ -127,3 +127,19 @@ func (c *Cached) Invalidate(zone Zone) {
 	defer c.mu.Unlock()
 	delete(c.zones, zone.ID)
 }
+
+// BatchLimit forwards to the provider when it is Batched; zero (unlimited) otherwise.
+func (c *Cached) BatchLimit() Cost {
+	if b, ok := c.Provider.(Batched); ok {
+		return b.BatchLimit()
+	}
+	return Cost{}
+}
+
+// ChangeCost forwards to the provider when it is Batched; one record otherwise.
+func (c *Cached) ChangeCost(ch Change) Cost {
+	if b, ok := c.Provider.(Batched); ok {
+		return b.ChangeCost(ch)
+	}
+	return Cost{Records: 1}
+}

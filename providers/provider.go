@@ -136,3 +136,12 @@ type Provider interface {
 	// record equals the listed record once applied.
 	Normalize(r Record) Record
 }
+
+// Batched is implemented by providers that apply changes in batches with a limit per
+// request, so that callers can fill batches.
+type Batched interface {
+	// BatchLimit is the most one request may carry.
+	BatchLimit() Cost
+	// ChangeCost is what a change costs against BatchLimit.
+	ChangeCost(Change) Cost
+}

@@ -88,6 +88,9 @@ func (l *Limiter) Pause(d time.Duration) {
 type LimitedTransport struct {
 	Base    http.RoundTripper
 	Limiter *Limiter
+	// Observe, if set, is told of every request sent: the operation it belongs to
+	// (see WithOperation), the HTTP status code ("network" when none came back).
+	Observe func(operation, code string)
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -96,10 +99,33 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	resp, err := t.Base.RoundTrip(req)
+	if t.Observe != nil {
+		code := "network"
+		if err == nil {
+			code = strconv.Itoa(resp.StatusCode)
+		}
+		t.Observe(Operation(req.Context()), code)
+	}
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		t.Limiter.Pause(ParseRetryAfter(resp.Header))
 	}
 	return resp, err
+}
+
+type operationKey struct{}
+
+// WithOperation names the provider operation (ListRecords, ApplyChanges, ...) whose
+// HTTP requests ctx carries, for metrics.
+func WithOperation(ctx context.Context, op string) context.Context {
+	return context.WithValue(ctx, operationKey{}, op)
+}
+
+// Operation is the operation named by WithOperation, or "other".
+func Operation(ctx context.Context) string {
+	if op, ok := ctx.Value(operationKey{}).(string); ok {
+		return op
+	}
+	return "other"
 }
 
 // RoundTripperFunc adapts a function, such as an SDK's HTTP client Do method, to an

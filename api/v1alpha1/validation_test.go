@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -27,22 +26,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	env, cfg, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	k8s, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, func(e *testenv.Env) { env, cfg, k8s = e.Environment, e.Config, e.Client })
 }
 
 func validTenantRoute(name string) *v1.TenantRoute {

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"testing"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	routingv1alpha1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -73,4 +75,32 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 // GVK returns the GroupVersionKind of a kind of this API.
 func GVK(kind string) schema.GroupVersionKind {
 	return routingv1alpha1.GroupVersion.WithKind(kind)
+}
+
+// Env is a running API server and a client of it.
+type Env struct {
+	*envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// Main starts the API server, hands it to setUp, runs the package's tests and stops
+// the server: the body of a TestMain.
+func Main(m *testing.M, setUp func(*Env)) {
+	env, cfg, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	setUp(&Env{Environment: env, Config: cfg, Client: c})
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
 }

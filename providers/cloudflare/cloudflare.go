@@ -56,6 +56,8 @@ type Options struct {
 	MaxRetries int
 	// Transport underlies the rate-limited transport; http.DefaultTransport if nil.
 	Transport http.RoundTripper
+	// Observe, if set, is told of every HTTP request: operation and status code.
+	Observe func(operation, code string)
 }
 
 // Provider is one Cloudflare account.
@@ -90,7 +92,7 @@ func New(o Options) *Provider {
 		o.Transport = http.DefaultTransport
 	}
 	httpClient := &http.Client{Transport: &providers.LimitedTransport{
-		Base: o.Transport, Limiter: providers.NewLimiter(o.RateLimit, o.RateWindow),
+		Base: o.Transport, Limiter: providers.NewLimiter(o.RateLimit, o.RateWindow), Observe: o.Observe,
 	}}
 	client := cf.NewClient(
 		option.WithAPIToken(o.APIToken),
@@ -108,6 +110,7 @@ func (p *Provider) Name() string { return p.name }
 // ResolveZone implements providers.Provider.
 func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (providers.Zone, error) {
 	const op = "ResolveZone"
+	ctx = providers.WithOperation(ctx, op)
 	if zone.ID != "" {
 		z, err := p.client.Zones.Get(ctx, zones.ZoneGetParams{ZoneID: cf.F(zone.ID)})
 		if err != nil {
@@ -146,6 +149,7 @@ type record struct {
 
 // ListRecords implements providers.Provider, reading every page of the zone's records.
 func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
+	ctx = providers.WithOperation(ctx, "ListRecords")
 	var all []record
 	for n := 1; ; n++ {
 		var page struct {
@@ -219,9 +223,10 @@ func (p *Provider) Normalize(r providers.Record) providers.Record {
 // ApplyChanges implements providers.Provider with dns_records/batch requests of at
 // most BatchSize record operations.
 func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, changes []providers.Change) (providers.Result, error) {
+	ctx = providers.WithOperation(ctx, "ApplyChanges")
 	b := providers.Batcher{
 		Limit: p.BatchLimit(),
-		Cost:  ChangeCost,
+		Cost:  p.ChangeCost,
 		Send: func(ctx context.Context, batch []providers.Change) ([]providers.Change, error) {
 			return p.send(ctx, zone, batch)
 		},
@@ -233,7 +238,7 @@ func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, change
 func (p *Provider) BatchLimit() providers.Cost { return providers.Cost{Records: p.batchSize} }
 
 // ChangeCost is what a change costs against BatchLimit: its record operations.
-func ChangeCost(c providers.Change) providers.Cost {
+func (p *Provider) ChangeCost(c providers.Change) providers.Cost {
 	o := operations(c)
 	return providers.Cost{Records: len(o.deletes) + len(o.patches) + len(o.posts)}
 }

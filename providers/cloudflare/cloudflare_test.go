@@ -51,7 +51,7 @@ func BenchmarkApply20000Records(b *testing.B) {
 	for range b.N {
 		env, emu := newEnv(b)
 		p := env.Provider.(*cloudflare.Provider)
-		providertest.BenchApply(b, env, 20000, func() int { return total(emu.Counters()) }, p.BatchLimit(), cloudflare.ChangeCost)
+		providertest.BenchApply(b, env, 20000, func() int { return total(emu.Counters()) }, p.BatchLimit(), p.ChangeCost)
 	}
 }
 

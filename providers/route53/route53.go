@@ -62,6 +62,8 @@ type Options struct {
 	MaxAttempts int
 	// Transport underlies the rate-limited transport; http.DefaultTransport if nil.
 	Transport http.RoundTripper
+	// Observe, if set, is told of every HTTP request: operation and status code.
+	Observe func(operation, code string)
 }
 
 // Provider is one AWS account.
@@ -98,7 +100,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		base = providers.RoundTripperFunc(cfg.HTTPClient.Do)
 	}
 	httpClient := &http.Client{Transport: &providers.LimitedTransport{
-		Base: base, Limiter: providers.NewLimiter(o.RateLimit, o.RateWindow),
+		Base: base, Limiter: providers.NewLimiter(o.RateLimit, o.RateWindow), Observe: o.Observe,
 	}, Timeout: 30 * time.Second}
 	client := r53.NewFromConfig(cfg, func(ro *r53.Options) {
 		ro.HTTPClient = httpClient
@@ -125,6 +127,7 @@ func (p *Provider) Name() string { return p.name }
 // ResolveZone implements providers.Provider.
 func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (providers.Zone, error) {
 	const op = "ResolveZone"
+	ctx = providers.WithOperation(ctx, op)
 	if zone.ID != "" {
 		out, err := p.client.GetHostedZone(ctx, &r53.GetHostedZoneInput{Id: aws.String(zone.ID)})
 		if err != nil {
@@ -154,6 +157,7 @@ func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (provid
 // ListRecords implements providers.Provider with the record-set paginator, joining
 // registry records to the sets they own.
 func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
+	ctx = providers.WithOperation(ctx, "ListRecords")
 	var sets []types.ResourceRecordSet
 	pages := r53.NewListResourceRecordSetsPaginator(p.client, &r53.ListResourceRecordSetsInput{
 		HostedZoneId: aws.String(zone.ID), MaxItems: aws.Int32(300),
@@ -246,9 +250,10 @@ func (p *Provider) Normalize(r providers.Record) providers.Record {
 // ApplyChanges implements providers.Provider with ChangeResourceRecordSets batches
 // within Route53's limits.
 func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, changes []providers.Change) (providers.Result, error) {
+	ctx = providers.WithOperation(ctx, "ApplyChanges")
 	b := providers.Batcher{
-		Limit: BatchLimit,
-		Cost:  ChangeCost,
+		Limit: batchLimit,
+		Cost:  p.ChangeCost,
 		Send: func(ctx context.Context, batch []providers.Change) ([]providers.Change, error) {
 			return p.send(ctx, zone, batch)
 		},
@@ -256,12 +261,14 @@ func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, change
 	return b.Apply(ctx, changes)
 }
 
+var batchLimit = providers.Cost{Records: MaxRecords, Chars: MaxChars}
+
 // BatchLimit is the most one ChangeResourceRecordSets may carry.
-var BatchLimit = providers.Cost{Records: MaxRecords, Chars: MaxChars}
+func (p *Provider) BatchLimit() providers.Cost { return batchLimit }
 
 // ChangeCost is what a change costs against BatchLimit, registry record included:
 // resource records and characters of values, an UPSERT counting twice.
-func ChangeCost(c providers.Change) providers.Cost {
+func (p *Provider) ChangeCost(c providers.Change) providers.Cost {
 	var cost providers.Cost
 	for _, wc := range wireChanges(c) {
 		weight := 1

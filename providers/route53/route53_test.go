@@ -73,6 +73,7 @@ func BenchmarkApply20000Records(b *testing.B) {
 			}
 			return n
 		}
-		providertest.BenchApply(b, env, 20000, calls, route53.BatchLimit, route53.ChangeCost)
+		p := env.Provider.(*route53.Provider)
+		providertest.BenchApply(b, env, 20000, calls, p.BatchLimit(), p.ChangeCost)
 	}
 }

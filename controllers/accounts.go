@@ -1,0 +1,103 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// Account is the live client of one EdgeProvider: its provider behind a shared zone
+// cache, and one apply queue per resolved zone.
+type Account struct {
+	Edge string
+	// Fingerprint identifies the spec and Secret the account was built from.
+	Fingerprint string
+	Provider    *providers.Cached
+	// Queues by zone name; a zone that could not be resolved has none.
+	Queues map[string]*zonequeue.Queue
+
+	cancel context.CancelFunc
+}
+
+// Accounts holds the Account of every EdgeProvider that is ready.
+type Accounts struct {
+	ctx context.Context
+	// ready, if set, is called when an EdgeProvider's account is installed, so that the
+	// TenantRoutes waiting for it are reconciled.
+	ready func(edge string)
+
+	mu     sync.RWMutex
+	byEdge map[string]*Account
+	// records counts owned record sets per edge, zone and owner, for the gauge.
+	records map[string]map[string]int
+}
+
+// NewAccounts returns an empty registry; the queues of its accounts run until ctx is done.
+func NewAccounts(ctx context.Context) *Accounts {
+	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}}
+}
+
+// Get returns the account of an EdgeProvider, or nil when it is not ready.
+func (a *Accounts) Get(edge string) *Account {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.byEdge[edge]
+}
+
+// Set installs the account of an EdgeProvider, starting its queues and stopping the
+// account it replaces.
+func (a *Accounts) Set(acct *Account) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	acct.cancel = cancel
+	for _, q := range acct.Queues {
+		go q.Run(ctx)
+	}
+	a.mu.Lock()
+	old := a.byEdge[acct.Edge]
+	a.byEdge[acct.Edge] = acct
+	a.mu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+	if a.ready != nil {
+		a.ready(acct.Edge)
+	}
+}
+
+// Remove stops and forgets the account of an EdgeProvider.
+func (a *Accounts) Remove(edge string) {
+	a.mu.Lock()
+	old := a.byEdge[edge]
+	delete(a.byEdge, edge)
+	delete(a.records, edge)
+	a.mu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+	recordsManaged.DeleteLabelValues(edge)
+}
+
+// countRecords records how many record sets owner has in a zone of edge and updates
+// the gauge.
+func (a *Accounts) countRecords(edge, zone, owner string, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	counts, ok := a.records[edge]
+	if !ok {
+		counts = map[string]int{}
+		a.records[edge] = counts
+	}
+	key := zone + "\x00" + owner
+	if n == 0 {
+		delete(counts, key)
+	} else {
+		counts[key] = n
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	recordsManaged.WithLabelValues(edge).Set(float64(total))
+}

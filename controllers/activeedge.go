@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+// Health of an edge as its EdgeProvider's status reports it.
+type Health int
+
+// Edge health values.
+const (
+	HealthUnknown Health = iota
+	Healthy
+	Unhealthy
+)
+
+// EdgeHealth reads the Healthy condition of an EdgeProvider.
+func EdgeHealth(ep *v1.EdgeProvider) Health {
+	c := meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy)
+	switch {
+	case c == nil || c.Status == metav1.ConditionUnknown:
+		return HealthUnknown
+	case c.Status == metav1.ConditionTrue:
+		return Healthy
+	default:
+		return Unhealthy
+	}
+}
+
+// ActiveEdgeReason says why an edge is active.
+type ActiveEdgeReason string
+
+// Reasons for the choice of the active edge.
+const (
+	ReasonPreferred  ActiveEdgeReason = "Preferred"   // the first edge, healthy or unknown
+	ReasonFailedOver ActiveEdgeReason = "FailedOver"  // a later edge: those before it are unhealthy or missing
+	ReasonPinned     ActiveEdgeReason = "Pinned"      // Manual mode
+	ReasonFailStatic ActiveEdgeReason = "FailStatic"  // no edge is healthy: the current one stays
+	ReasonNoEdge     ActiveEdgeReason = "NoEdgeFound" // none of the edges exists
+)
+
+// ActiveEdge chooses the edge every record of the route points at. Automatic: the first
+// edge in spec.edges that exists and is not unhealthy (unknown health counts as
+// healthy: a new edge is trusted until its probes say otherwise). When every existing
+// edge is unhealthy, the current active edge stays (fail static): the operator never
+// moves or blanks records because its own probes fail. Manual: the pinned edge.
+// edges holds the EdgeProviders that exist, by name.
+func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider) (string, ActiveEdgeReason) {
+	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
+		return f.PinnedEdge, ReasonPinned
+	}
+	for i, name := range route.Spec.Edges {
+		ep, ok := edges[name]
+		if !ok || EdgeHealth(ep) == Unhealthy {
+			continue
+		}
+		if i == 0 {
+			return name, ReasonPreferred
+		}
+		return name, ReasonFailedOver
+	}
+	if current := route.Status.ActiveEdge; current != "" {
+		if _, ok := edges[current]; ok {
+			return current, ReasonFailStatic
+		}
+	}
+	for _, name := range route.Spec.Edges {
+		if _, ok := edges[name]; ok {
+			return name, ReasonFailStatic
+		}
+	}
+	return "", ReasonNoEdge
+}

@@ -1,0 +1,328 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
+	"github.com/tenantroute/tenantroute-operator/providers/route53"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// Provider types shown in status.type.
+const (
+	TypeCloudflare = "Cloudflare"
+	TypeRoute53    = "Route53"
+)
+
+// Condition reasons of an EdgeProvider.
+const (
+	ReasonSecretNotFound      = "SecretNotFound"
+	ReasonSecretKeyMissing    = "SecretKeyMissing"
+	ReasonCredentialsAccepted = "CredentialsAccepted"
+	ReasonCredentialsRejected = "CredentialsRejected"
+	ReasonZonesResolved       = "ZonesResolved"
+	ReasonZoneNotFound        = "ZoneNotFound"
+	ReasonProviderUnreachable = "ProviderUnreachable"
+)
+
+// Indexes on EdgeProviders and TenantRoutes.
+const (
+	indexSecret    = "spec.secretName"
+	indexEdges     = "spec.edges"
+	indexRegion    = "spec.region"
+	indexHostnames = "spec.hostnames"
+)
+
+// EdgeProviderReconciler builds each EdgeProvider's provider client from its Secret,
+// resolves its zones and reports CredentialsReady and ZonesReady.
+type EdgeProviderReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Accounts *Accounts
+	// Namespace holds the credential Secrets (the operator's namespace).
+	Namespace string
+	// ZoneResync is how often a zone is listed again (the cache's lifetime).
+	ZoneResync time.Duration
+	// QueueOptions tune the per-zone apply queues.
+	QueueOptions zonequeue.Options
+	// Notify receives the outcome changes of the apply queues.
+	Notify func(edge, zone, owner string, o zonequeue.Outcome)
+	// Revalidate is how often credentials and zones are checked again.
+	Revalidate time.Duration
+}
+
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=system
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile implements reconcile.Reconciler.
+func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	ep := &v1.EdgeProvider{}
+	if err := r.Get(ctx, req.NamespacedName, ep); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Accounts.Remove(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := ep.DeepCopy()
+	defer func() {
+		if retErr == nil {
+			ep.Status.ObservedGeneration = ep.Generation
+		}
+		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, ep, before.Status, ep.Status))
+	}()
+
+	ep.Status.Type = providerType(ep)
+	creds, reason, err := r.credentials(ctx, ep)
+	if err != nil {
+		r.Accounts.Remove(ep.Name)
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, reason, err.Error())
+		meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
+		// The Secret watch brings the EdgeProvider back when the Secret appears.
+		return ctrl.Result{}, nil
+	}
+
+	fingerprint := fmt.Sprintf("%d/%s", ep.Generation, creds.version)
+	if acct := r.Accounts.Get(ep.Name); acct != nil && acct.Fingerprint == fingerprint &&
+		meta.IsStatusConditionTrue(ep.Status.Conditions, v1.ConditionZonesReady) {
+		return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+	}
+	return r.connect(ctx, ep, creds, fingerprint)
+}
+
+// connect builds the provider client, resolves every zone and installs the account.
+func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvider, creds credentials, fingerprint string) (ctrl.Result, error) {
+	p, err := r.newProvider(ctx, ep, creds)
+	if err != nil {
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected, err.Error())
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	cached := providers.NewCached(p, r.ZoneResync)
+	acct := &Account{Edge: ep.Name, Fingerprint: fingerprint, Provider: cached, Queues: map[string]*zonequeue.Queue{}}
+	var missing, unreachable []string
+	var rejected error
+	ep.Status.Zones = nil
+	for _, z := range ep.Spec.Zones {
+		zone, err := p.ResolveZone(ctx, providers.Zone{Name: z.Name, ID: z.ID})
+		switch {
+		case err == nil:
+			ep.Status.Zones = append(ep.Status.Zones, v1.ZoneStatus{Name: zone.Name, ID: zone.ID})
+			opts := r.QueueOptions
+			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
+			acct.Queues[zone.Name] = zonequeue.New(cached, zone, opts, func(owner string, o zonequeue.Outcome) {
+				r.Notify(ep.Name, zone.Name, owner, o)
+			})
+		case isAuthError(err):
+			rejected = err
+		case providers.IsPermanent(err):
+			missing = append(missing, fmt.Sprintf("%s (%v)", z.Name, err))
+		default:
+			unreachable = append(unreachable, fmt.Sprintf("%s (%v)", z.Name, err))
+		}
+	}
+	if rejected != nil {
+		r.Accounts.Remove(ep.Name)
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected,
+			"the provider refused the credentials: "+rejected.Error())
+		meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
+		return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+	}
+	r.Accounts.Set(acct)
+	if len(acct.Queues) > 0 {
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, ReasonCredentialsAccepted, "the provider accepted the credentials")
+	}
+	switch {
+	case len(unreachable) > 0:
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionUnknown, ReasonProviderUnreachable,
+			"could not reach the provider to resolve zones: "+strings.Join(unreachable, "; "))
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	case len(missing) > 0:
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, ReasonZoneNotFound,
+			"zones not found at the provider: "+strings.Join(missing, "; "))
+	default:
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, ReasonZonesResolved,
+			fmt.Sprintf("%d zones resolved", len(acct.Queues)))
+	}
+	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+}
+
+// isAuthError reports a permanent failure caused by the credentials.
+func isAuthError(err error) bool {
+	switch providers.ErrorCode(err) {
+	case "10000", "9109", "401", "403", "InvalidClientTokenId", "SignatureDoesNotMatch", "AccessDenied",
+		"UnrecognizedClientException", "IncompleteSignature", "MissingAuthenticationToken":
+		return true
+	}
+	return false
+}
+
+// setCondition sets a condition and emits an event when its status or reason changes.
+func (r *EdgeProviderReconciler) setCondition(ep *v1.EdgeProvider, typ string, status metav1.ConditionStatus, reason, message string) {
+	old := meta.FindStatusCondition(ep.Status.Conditions, typ)
+	meta.SetStatusCondition(&ep.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+		Message: message, ObservedGeneration: ep.Generation})
+	if old != nil && old.Status == status && old.Reason == reason {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if status != metav1.ConditionTrue {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ep, nil, eventType, reason, typ, "%s", message)
+}
+
+func providerType(ep *v1.EdgeProvider) string {
+	if ep.Spec.Cloudflare != nil {
+		return TypeCloudflare
+	}
+	return TypeRoute53
+}
+
+// credentials are what a provider client is built from; never logged.
+type credentials struct {
+	token                           string
+	accessKeyID, secretKey, session string
+	version                         string // Secret resourceVersion ("" without a Secret)
+}
+
+// credentials reads the EdgeProvider's Secret. The values never leave this struct:
+// conditions and events name the Secret and key, not their content.
+func (r *EdgeProviderReconciler) credentials(ctx context.Context, ep *v1.EdgeProvider) (credentials, string, error) {
+	name, keys := secretRef(ep)
+	if name == "" {
+		return credentials{}, "", nil // Route53 default credential chain
+	}
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return credentials{}, ReasonSecretNotFound, fmt.Errorf("secret %s/%s not found", r.Namespace, name)
+		}
+		return credentials{}, ReasonSecretNotFound, fmt.Errorf("reading secret %s/%s: %w", r.Namespace, name, err)
+	}
+	var missing []string
+	value := func(key string, required bool) string {
+		v := strings.TrimSpace(string(secret.Data[key]))
+		if v == "" && required {
+			missing = append(missing, key)
+		}
+		return v
+	}
+	c := credentials{version: secret.ResourceVersion}
+	if ep.Spec.Cloudflare != nil {
+		c.token = value(keys[0], true)
+	} else {
+		c.accessKeyID, c.secretKey, c.session = value(keys[0], true), value(keys[1], true), value(keys[2], false)
+	}
+	if len(missing) > 0 {
+		return credentials{}, ReasonSecretKeyMissing, fmt.Errorf("secret %s/%s has no key %s", r.Namespace, name, strings.Join(missing, ", "))
+	}
+	return c, "", nil
+}
+
+// Keys of a Route53 credentials Secret.
+const (
+	SecretKeyAccessKeyID     = "access-key-id"
+	SecretKeySecretAccessKey = "secret-access-key"
+	SecretKeySessionToken    = "session-token"
+)
+
+// secretRef is the name of the EdgeProvider's Secret and the keys read from it.
+func secretRef(ep *v1.EdgeProvider) (string, []string) {
+	switch {
+	case ep.Spec.Cloudflare != nil:
+		key := ep.Spec.Cloudflare.APITokenSecretRef.Key
+		if key == "" {
+			key = "token"
+		}
+		return ep.Spec.Cloudflare.APITokenSecretRef.Name, []string{key}
+	case ep.Spec.Route53 != nil && ep.Spec.Route53.CredentialsSecretRef != nil:
+		return ep.Spec.Route53.CredentialsSecretRef.Name, []string{SecretKeyAccessKeyID, SecretKeySecretAccessKey, SecretKeySessionToken}
+	}
+	return "", nil
+}
+
+func (r *EdgeProviderReconciler) newProvider(ctx context.Context, ep *v1.EdgeProvider, c credentials) (providers.Provider, error) {
+	if cfg := ep.Spec.Cloudflare; cfg != nil {
+		o := cloudflare.Options{Name: ep.Name, APIToken: c.token, BaseURL: cfg.BaseURL, BatchSize: int(cfg.BatchSize),
+			Observe: observeProvider(ep.Name)}
+		if cfg.RateLimit != nil {
+			o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
+		}
+		return cloudflare.New(o), nil
+	}
+	cfg := ep.Spec.Route53
+	o := route53.Options{Name: ep.Name, Region: cfg.Region, Endpoint: cfg.Endpoint, AccessKeyID: c.accessKeyID,
+		SecretAccessKey: c.secretKey, SessionToken: c.session, Observe: observeProvider(ep.Name)}
+	if cfg.RateLimit != nil {
+		o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
+	}
+	return route53.New(ctx, o)
+}
+
+// SetupWithManager registers the reconciler; Secrets in the operator's namespace map
+// to the EdgeProviders that name them.
+func (r *EdgeProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1.EdgeProvider{}, indexSecret,
+		func(o client.Object) []string {
+			if name, _ := secretRef(o.(*v1.EdgeProvider)); name != "" {
+				return []string{name}
+			}
+			return nil
+		}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.EdgeProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.providersOfSecret)).
+		Named("edgeprovider").
+		Complete(r)
+}
+
+func (r *EdgeProviderReconciler) providersOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != r.Namespace {
+		return nil
+	}
+	var list v1.EdgeProviderList
+	if err := r.List(ctx, &list, client.MatchingFields{indexSecret: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing EdgeProviders of a Secret", "secret", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i, ep := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Name: ep.Name}}
+	}
+	return reqs
+}
+
+// patchStatus writes status only when it changed.
+func patchStatus(ctx context.Context, c client.Client, before, after client.Object, beforeStatus, afterStatus any) error {
+	if equality.Semantic.DeepEqual(beforeStatus, afterStatus) {
+		return nil
+	}
+	if err := client.IgnoreNotFound(c.Status().Patch(ctx, after, client.MergeFrom(before))); err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
+	"github.com/tenantroute/tenantroute-operator/providers/route53"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+const scaleRoutes = 1000
+
+func hostname(i int) string { return fmt.Sprintf("tenant-%04d.auth.example.com", i) }
+
+// createRoutes creates n TenantRoutes with one hostname each, concurrently.
+func (o *operator) createRoutes(n int) {
+	o.t.Helper()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				if err := k8s.Create(context.Background(), o.route(fmt.Sprintf("r%04d", i), hostname(i))); err != nil {
+					o.t.Errorf("creating route %d: %v", i, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// converged checks that both zones hold exactly one record per route, owned by it,
+// pointing at the Cloudflare edge, and nothing else of the operator's.
+func (o *operator) converged(n int) error {
+	seen := map[string]int{}
+	for _, r := range o.cf.Records(o.cfZone) {
+		seen[r.Name]++
+		i := 0
+		if _, err := fmt.Sscanf(r.Name, "tenant-%04d.auth.example.com", &i); err != nil || i >= n {
+			return fmt.Errorf("cloudflare has an orphan %s", r.Name)
+		}
+		if want := fmt.Sprintf("tenantroute:%s/%s/r%04d", o.id, o.ns, i); r.Comment != want || r.Content != r.Name+".cdn.cloudflare.net" {
+			return fmt.Errorf("cloudflare %s: comment %q content %q", r.Name, r.Comment, r.Content)
+		}
+	}
+	for name, count := range seen {
+		if count != 1 {
+			return fmt.Errorf("cloudflare has %d records at %s", count, name)
+		}
+	}
+	if len(seen) != n {
+		return fmt.Errorf("cloudflare has %d of %d records", len(seen), n)
+	}
+	sets := o.r53.RecordSets(o.r53Zone)
+	if want := 2 + 2*n; len(sets) != want { // SOA, NS, and a set and its registry record per route
+		return fmt.Errorf("route53 has %d record sets, want %d", len(sets), want)
+	}
+	return nil
+}
+
+// TestManagerStoppedMidApply stops the manager while it applies 1,000 TenantRoutes
+// (the emulators answer slowly, so the apply takes seconds) and starts it again.
+func TestManagerStoppedMidApply(t *testing.T) {
+	o := newOperator(t, "restart")
+	slow := emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: 400 * time.Millisecond}}
+	o.cf.SetFaults(slow)
+	o.r53.SetFaults(slow)
+	o.start()
+	o.createRoutes(scaleRoutes)
+	eventually(t, 60*time.Second, func() error {
+		if n := len(o.cf.Records(o.cfZone)); n == 0 || n >= scaleRoutes {
+			return fmt.Errorf("%d records in cloudflare: not in the middle of the apply", n)
+		}
+		return nil
+	})
+	o.stopManager()
+	stoppedAt := len(o.cf.Records(o.cfZone))
+	t.Logf("manager stopped with %d of %d records in cloudflare, %d record sets in route53", stoppedAt, scaleRoutes, len(o.r53.RecordSets(o.r53Zone)))
+
+	o.cf.SetFaults(emulatorkit.Faults{})
+	o.r53.SetFaults(emulatorkit.Faults{})
+	o.start()
+	eventually(t, 120*time.Second, func() error { return o.converged(scaleRoutes) })
+	eventually(t, 60*time.Second, func() error { return o.allReady(scaleRoutes) })
+}
+
+func (o *operator) allReady(n int) error {
+	ready := 0
+	var example string
+	for i := range n {
+		tr := o.get(fmt.Sprintf("r%04d", i))
+		if c := condition(tr.Status.Conditions, "Ready"); c.Status == "True" {
+			ready++
+		} else if example == "" {
+			example = fmt.Sprintf("%s: %s/%s %s; providers %+v", tr.Name, c.Status, c.Reason, c.Message, tr.Status.Providers)
+		}
+	}
+	if ready != n {
+		return fmt.Errorf("%d of %d TenantRoutes Ready; e.g. %s", ready, n, example)
+	}
+	return nil
+}
+
+// TestThousandRoutesInOneZone counts the provider calls that 1,000 TenantRoutes in one
+// zone take: one listing of the zone, and writes close to the batch minimum.
+func TestThousandRoutesInOneZone(t *testing.T) {
+	o := newOperator(t, "scale")
+	o.createRoutes(scaleRoutes)
+	start := time.Now()
+	o.start()
+	eventually(t, 120*time.Second, func() error { return o.converged(scaleRoutes) })
+	converged := time.Since(start)
+	eventually(t, 60*time.Second, func() error { return o.allReady(scaleRoutes) })
+
+	cf, r53 := o.cf.Counters(), o.r53.Counters()
+	cfLists, cfWrites := cf["GET /zones/{id}/dns_records"], cf["POST /zones/{id}/dns_records/batch"]
+	r53Lists, r53Writes := r53["GET /2013-04-01/hostedzone/{Id}/rrset"], r53["POST /2013-04-01/hostedzone/{Id}/rrset"]
+	cfMin, r53Min := minimumWrites(o, scaleRoutes)
+	t.Logf("%d TenantRoutes converged in %s", scaleRoutes, converged.Round(time.Millisecond))
+	t.Logf("cloudflare: %d list calls, %d batch writes (minimum %d)", cfLists, cfWrites, cfMin)
+	t.Logf("route53:    %d list calls, %d change batches (minimum %d)", r53Lists, r53Writes, r53Min)
+	if cfLists > 1 || r53Lists > 1 {
+		t.Errorf("the zone was listed %d times in cloudflare and %d in route53, want once each", cfLists, r53Lists)
+	}
+	if float64(cfWrites) > 1.2*float64(cfMin) || float64(r53Writes) > 1.2*float64(r53Min) {
+		t.Errorf("writes above 1.2x the batch minimum: cloudflare %d/%d, route53 %d/%d", cfWrites, cfMin, r53Writes, r53Min)
+	}
+
+	// Steady state: another pass over every route writes nothing.
+	o.cf.ResetCounters()
+	o.r53.ResetCounters()
+	o.stopManager()
+	o.start()
+	eventually(t, 60*time.Second, func() error {
+		if o.cf.Counters()["GET /zones/{id}/dns_records"] == 0 || o.r53.Counters()["GET /2013-04-01/hostedzone/{Id}/rrset"] == 0 {
+			return fmt.Errorf("the restarted operator has not planned against both zones yet")
+		}
+		return nil
+	})
+	// Any write would follow its plan within the coalescing window.
+	time.Sleep(zonequeue.DefaultMaxWait + zonequeue.DefaultQuiet)
+	if w := o.cf.Counters()["POST /zones/{id}/dns_records/batch"] + o.r53.Counters()["POST /2013-04-01/hostedzone/{Id}/rrset"]; w != 0 {
+		t.Errorf("a restart over converged records made %d writes", w)
+	}
+}
+
+// minimumWrites is the batch-size bound: the total cost of creating the routes'
+// records divided by each provider's per-request limit.
+func minimumWrites(o *operator, n int) (int, int) {
+	cf := cloudflare.New(cloudflare.Options{})
+	r53, err := route53.New(context.Background(), route53.Options{AccessKeyID: "x", SecretAccessKey: "x"})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	var cfCost, r53Cost providers.Cost
+	for i := range n {
+		owner := controllers.OwnerKey(o.id, o.ns, fmt.Sprintf("r%04d", i))
+		rec := providers.Record{Name: hostname(i), Type: "CNAME", TTL: 60, Owner: owner, Values: []string{hostname(i) + ".cdn.cloudflare.net"}}
+		c := providers.Change{Action: providers.Create, New: &rec}
+		cfCost.Records += cf.ChangeCost(c).Records
+		rc := r53.ChangeCost(c)
+		r53Cost.Records, r53Cost.Chars = r53Cost.Records+rc.Records, r53Cost.Chars+rc.Chars
+	}
+	ceil := func(a, b int) int { return (a + b - 1) / b }
+	return ceil(cfCost.Records, cf.BatchLimit().Records),
+		max(ceil(r53Cost.Records, r53.BatchLimit().Records), ceil(r53Cost.Chars, r53.BatchLimit().Chars))
+}

@@ -1,0 +1,66 @@
+// Package controllers reconciles TenantRoutes, EdgeProviders and Regions.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// Options configure the operator's controllers.
+type Options struct {
+	// Namespace holds the EdgeProviders' credential Secrets: the operator's own.
+	Namespace string
+	// Instance names this installation in the ownership marker of its records; two
+	// installations writing the same zones need different instances.
+	Instance string
+	// ZoneResync is how often each zone is listed again; between listings the
+	// operator's own writes keep its view current.
+	ZoneResync time.Duration
+	// Queue tunes the per-zone apply queues (coalescing window, backoff).
+	Queue zonequeue.Options
+	// Revalidate is how often EdgeProvider credentials and zones are checked again.
+	Revalidate time.Duration
+	// MaxConcurrentReconciles of TenantRoutes.
+	MaxConcurrentReconciles int
+}
+
+// Setup registers every controller with the manager; provider queues run until ctx
+// is done.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if o.Instance == "" {
+		o.Instance = "default"
+	}
+	if o.ZoneResync == 0 {
+		o.ZoneResync = 10 * time.Minute
+	}
+	if o.Revalidate == 0 {
+		o.Revalidate = 10 * time.Minute
+	}
+	o.Queue.Resync = o.ZoneResync
+	accounts := NewAccounts(ctx)
+	routes := &TenantRouteReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tenantroute-operator"), Accounts: accounts,
+		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}
+	accounts.ready = routes.edgeReady
+	if err := routes.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the TenantRoute controller: %w", err)
+	}
+	edges := &EdgeProviderReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tenantroute-operator"), Accounts: accounts,
+		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: routes.notify,
+		Revalidate: o.Revalidate,
+	}
+	if err := edges.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EdgeProvider controller: %w", err)
+	}
+	if err := (&RegionReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the Region controller: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
+	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+var (
+	env *envtest.Environment
+	cfg *rest.Config
+	k8s client.Client
+)
+
+func TestMain(m *testing.M) {
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(logLevel())))
+	testenv.Main(m, func(e *testenv.Env) { env, cfg, k8s = e.Environment, e.Config, e.Client })
+}
+
+// logLevel keeps the operator's logs to errors unless TEST_LOG=debug.
+func logLevel() zapcore.Level {
+	if os.Getenv("TEST_LOG") == "debug" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel + 1
+}
+
+const (
+	zoneName      = "auth.example.com"
+	cfToken       = "test-token"
+	awsKeyID      = "AKIATEST"
+	awsSecret     = "test-secret"
+	awsEdgeTarget = "edge-aws.example.net"
+)
+
+// operator is one test's world: its own namespaces, provider emulators, EdgeProviders,
+// Region and a manager that sees only them, so tests cannot disturb each other.
+type operator struct {
+	t               *testing.T
+	id              string
+	opNS, ns        string
+	cf              *cfemulator.Emulator
+	cfURL, cfZone   string
+	r53             *r53emulator.Emulator
+	r53URL, r53Zone string
+	cfEdge, awsEdge string
+	region          string
+	queue           zonequeue.Options
+	stopManager     func()
+}
+
+func newOperator(t *testing.T, id string) *operator {
+	t.Helper()
+	o := &operator{t: t, id: id, opNS: "op-" + id, ns: "t-" + id, cfEdge: "cf-" + id, awsEdge: "aws-" + id, region: "eu-" + id}
+	o.cf = cfemulator.New(cfToken)
+	cfSrv := httptest.NewServer(o.cf)
+	t.Cleanup(cfSrv.Close)
+	o.cfURL, o.cfZone = cfSrv.URL+"/client/v4/", o.cf.AddZone(zoneName)
+	o.r53 = r53emulator.New(awsKeyID, awsSecret)
+	r53Srv := httptest.NewServer(o.r53)
+	t.Cleanup(r53Srv.Close)
+	o.r53URL, o.r53Zone = r53Srv.URL, o.r53.AddZone(zoneName)
+
+	for _, ns := range []string{o.opNS, o.ns} {
+		o.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	o.create(o.cfSecret())
+	o.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-credentials", Namespace: o.opNS},
+		StringData: map[string]string{controllers.SecretKeyAccessKeyID: awsKeyID, controllers.SecretKeySecretAccessKey: awsSecret}})
+	o.create(&v1.Region{ObjectMeta: o.meta(o.region), Spec: v1.RegionSpec{Backends: []v1.Backend{{URL: "http://127.0.0.1:1"}}}})
+	o.create(o.cloudflareEdge())
+	o.create(&v1.EdgeProvider{ObjectMeta: o.meta(o.awsEdge), Spec: v1.EdgeProviderSpec{
+		Zones:       []v1.Zone{{Name: zoneName}},
+		Route53:     &v1.Route53Provider{Endpoint: o.r53URL, CredentialsSecretRef: &v1.SecretReference{Name: "aws-credentials"}},
+		Edge:        v1.EdgeTarget{Target: awsEdgeTarget},
+		HealthCheck: healthCheck(),
+	}})
+	return o
+}
+
+func (o *operator) cfSecret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloudflare-token", Namespace: o.opNS},
+		StringData: map[string]string{"token": cfToken}}
+}
+
+func (o *operator) cloudflareEdge() *v1.EdgeProvider {
+	return &v1.EdgeProvider{ObjectMeta: o.meta(o.cfEdge), Spec: v1.EdgeProviderSpec{
+		Zones:       []v1.Zone{{Name: zoneName}},
+		Cloudflare:  &v1.CloudflareProvider{APITokenSecretRef: v1.SecretKeyReference{Name: "cloudflare-token", Key: "token"}, BaseURL: o.cfURL},
+		Edge:        v1.EdgeTarget{Target: "{{ .Hostname }}.cdn.cloudflare.net"},
+		HealthCheck: healthCheck(),
+	}}
+}
+
+func healthCheck() v1.HealthCheck {
+	return v1.HealthCheck{URL: "http://127.0.0.1:1/healthz", Interval: metav1.Duration{Duration: 5 * time.Second},
+		Timeout: metav1.Duration{Duration: 2 * time.Second}, FailureThreshold: 3, SuccessThreshold: 2}
+}
+
+func (o *operator) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{"test": o.id}}
+}
+
+func (o *operator) create(obj client.Object) {
+	o.t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		o.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// start runs a manager with the operator's controllers, seeing only this test's objects.
+func (o *operator) start() {
+	o.t.Helper()
+	sel := labels.SelectorFromSet(labels.Set{"test": o.id})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testenv.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{o.ns: {}, o.opNS: {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&v1.EdgeProvider{}: {Label: sel},
+				&v1.Region{}:       {Label: sel},
+			},
+		},
+		// Tests run several managers in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue}); err != nil {
+		o.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	o.stopManager = func() {
+		cancel()
+		if err := <-done; err != nil {
+			o.t.Errorf("manager: %v", err)
+		}
+		o.stopManager = nil
+	}
+	o.t.Cleanup(func() {
+		if o.stopManager != nil {
+			o.stopManager()
+		}
+	})
+}
+
+func (o *operator) route(name string, hostnames ...string) *v1.TenantRoute {
+	return &v1.TenantRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.ns},
+		Spec: v1.TenantRouteSpec{TenantID: name, Region: o.region, Hostnames: hostnames,
+			Edges: []string{o.cfEdge, o.awsEdge}, TTL: 60},
+	}
+}
+
+// cfRecords maps name -> "TYPE content" of every Cloudflare record, failing on a
+// duplicate name+type+content.
+func (o *operator) cfRecords() map[string][]string {
+	out := map[string][]string{}
+	for _, r := range o.cf.Records(o.cfZone) {
+		out[r.Name] = append(out[r.Name], r.Type+" "+r.Content)
+	}
+	return out
+}
+
+func (o *operator) r53Records() map[string][]string {
+	out := map[string][]string{}
+	for _, rs := range o.r53.RecordSets(o.r53Zone) {
+		name := strings.TrimSuffix(rs.Name, ".")
+		out[name] = append(out[name], rs.Type+" "+strings.Join(rs.Values, ","))
+	}
+	return out
+}
+
+func (o *operator) get(name string) *v1.TenantRoute {
+	tr := &v1.TenantRoute{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: o.ns, Name: name}, tr); err != nil {
+		o.t.Fatalf("getting TenantRoute %s: %v", name, err)
+	}
+	return tr
+}
+
+// eventually retries check until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func condition(conds []metav1.Condition, typ string) metav1.Condition {
+	if c := meta.FindStatusCondition(conds, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{Type: typ, Status: "absent"}
+}
+
+func expectCondition(conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) error {
+	c := condition(conds, typ)
+	if c.Status != status || (reason != "" && c.Reason != reason) {
+		return fmt.Errorf("condition %s is %s/%s (%s), want %s/%s", typ, c.Status, c.Reason, c.Message, status, reason)
+	}
+	return nil
+}
+
+// eventsFor lists the events.k8s.io Events regarding an object.
+func eventsFor(obj client.Object) []eventsv1.Event {
+	var list eventsv1.EventList
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == obj.GetName() && e.Regarding.Kind == obj.GetObjectKind().GroupVersionKind().Kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func expectEvent(obj client.Object, kind, reason, contains string) error {
+	obj.GetObjectKind().SetGroupVersionKind(v1.GroupVersion.WithKind(kind))
+	var seen []string
+	for _, e := range eventsFor(obj) {
+		if e.Reason == reason && strings.Contains(e.Note, contains) {
+			return nil
+		}
+		seen = append(seen, e.Reason+": "+e.Note)
+	}
+	return fmt.Errorf("no %s event mentioning %q for %s; events: %q", reason, contains, obj.GetName(), seen)
+}

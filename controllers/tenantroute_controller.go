@@ -1,0 +1,207 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// Finalizer holds a TenantRoute until its records are deleted from every provider.
+const Finalizer = "routing.tenantroute.io/records"
+
+// TenantRouteReconciler keeps every TenantRoute's records in place in every provider
+// it lists, pointing at its active edge.
+type TenantRouteReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Accounts *Accounts
+	// Instance names this operator installation in the ownership marker of its records.
+	Instance string
+	// MaxConcurrentReconciles; reconciles only declare records, the queues apply them.
+	MaxConcurrentReconciles int
+
+	owners sync.Map // owner key -> types.NamespacedName
+	events chan event.GenericEvent
+}
+
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes/finalizers,verbs=update
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=regions,verbs=get;list;watch
+
+// Reconcile implements reconcile.Reconciler: fetch, finalizer, then the phases —
+// claim hostnames, choose the active edge, declare records, report — with the status
+// patched once at the end, observedGeneration only on success.
+func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	route := &v1.TenantRoute{}
+	if err := r.Get(ctx, req.NamespacedName, route); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	owner := r.ownerOf(route)
+	if !route.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, route, owner)
+	}
+	if controllerutil.AddFinalizer(route, Finalizer) {
+		if err := r.Update(ctx, route); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	before := route.DeepCopy()
+	defer func() {
+		if retErr == nil {
+			route.Status.ObservedGeneration = route.Generation
+		}
+		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, route, before.Status, route.Status))
+	}()
+
+	edges, err := r.edgeProviders(ctx, route)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	held, lost, err := r.claimHostnames(ctx, route)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	regionErr := r.checkRegion(ctx, route)
+	active, reason := ActiveEdge(route, edges)
+	zones, custom := Desired(route, held, edges, active)
+	states := r.declareRecords(route, owner, zones, edges)
+	report := r.updateStatus(route, statusInput{
+		active: active, reason: reason, lost: lost, states: states, custom: custom, regionErr: regionErr,
+	})
+	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
+	if report.rejected != nil {
+		return ctrl.Result{}, report.rejected
+	}
+	return report.result, nil
+}
+
+func (r *TenantRouteReconciler) ownerOf(route *v1.TenantRoute) string {
+	key := OwnerKey(r.Instance, route.Namespace, route.Name)
+	r.owners.Store(key, types.NamespacedName{Namespace: route.Namespace, Name: route.Name})
+	return key
+}
+
+// edgeProviders returns the EdgeProviders that exist among those the route lists now
+// or listed before (its records may still be there), by name.
+func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.TenantRoute) (map[string]*v1.EdgeProvider, error) {
+	edges := map[string]*v1.EdgeProvider{}
+	for _, name := range edgesOf(route) {
+		ep := &v1.EdgeProvider{}
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, ep); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading EdgeProvider %s: %w", name, err)
+		}
+		edges[name] = ep
+	}
+	return edges, nil
+}
+
+func (r *TenantRouteReconciler) checkRegion(ctx context.Context, route *v1.TenantRoute) error {
+	err := r.Get(ctx, types.NamespacedName{Name: route.Spec.Region}, &v1.Region{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("region %s not found", route.Spec.Region)
+	}
+	return err
+}
+
+// notify is called by the apply queues when an owner's outcome in a zone changes: it
+// counts records, reports applied changes as an event and reconciles the route.
+func (r *TenantRouteReconciler) notify(edge, zone, owner string, o zonequeue.Outcome) {
+	r.Accounts.countRecords(edge, zone, owner, o.Records)
+	v, ok := r.owners.Load(owner)
+	if !ok {
+		return
+	}
+	key := v.(types.NamespacedName)
+	route := &v1.TenantRoute{}
+	if err := r.Get(context.Background(), key, route); err == nil && len(o.Applied) > 0 {
+		created, updated, deleted := countActions(o.Applied)
+		r.Recorder.Eventf(route, nil, "Normal", "RecordsChanged", "ApplyRecords",
+			"%s zone %s: created %d, updated %d, deleted %d record sets", edge, zone, created, updated, deleted)
+	}
+	r.enqueue(key)
+}
+
+// edgeReady reconciles the TenantRoutes of an EdgeProvider whose account was just
+// installed: they may have found it not ready.
+func (r *TenantRouteReconciler) edgeReady(edge string) {
+	go func() {
+		for _, req := range r.routesMatching(indexEdges)(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: edge}}) {
+			r.enqueue(req.NamespacedName)
+		}
+	}()
+}
+
+func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) {
+	ev := event.GenericEvent{Object: &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+	select {
+	case r.events <- ev:
+	default:
+		go func() { r.events <- ev }() // never block a queue on a full channel
+	}
+}
+
+// SetupWithManager registers the reconciler, its indexes and its watches.
+func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.events = make(chan event.GenericEvent, 4096)
+	indexer := mgr.GetFieldIndexer()
+	for field, extract := range map[string]func(*v1.TenantRoute) []string{
+		indexEdges:     func(tr *v1.TenantRoute) []string { return edgesOf(tr) },
+		indexRegion:    func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} },
+		indexHostnames: func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames },
+	} {
+		if err := indexer.IndexField(context.Background(), &v1.TenantRoute{}, field, func(o client.Object) []string {
+			return extract(o.(*v1.TenantRoute))
+		}); err != nil {
+			return fmt.Errorf("indexing TenantRoutes by %s: %w", field, err)
+		}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.TenantRoute{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+			predicate.AnnotationChangedPredicate{}))).
+		Watches(&v1.TenantRoute{}, sharedHostnames(r.Client)).
+		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexEdges))).
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexRegion))).
+		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Named("tenantroute").
+		Complete(r)
+}
+
+// edgesOf are the EdgeProviders a route lists now or has records in.
+func edgesOf(tr *v1.TenantRoute) []string {
+	out := append([]string{}, tr.Spec.Edges...)
+	for _, p := range tr.Status.Providers {
+		if !slices.Contains(out, p.Edge) {
+			out = append(out, p.Edge)
+		}
+	}
+	return out
+}
+
+// requeueSafety bounds how long a route with pending or failing records waits when a
+// queue notification is lost.
+const requeueSafety = time.Minute

@@ -1,0 +1,95 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+// Reasons of a TenantRoute being deleted.
+const (
+	ReasonDeleting        = "Deleting"
+	ReasonDeletionBlocked = "DeletionBlocked"
+)
+
+// reconcileDelete deletes the route's records from every provider it may have records
+// in, then releases the route. While a provider is unreachable the finalizer stays and
+// the queue retries with backoff. The annotation routing.tenantroute.io/deletion-policy:
+// Orphan releases the route at once and leaves its records in place.
+func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.TenantRoute, owner string) (res ctrl.Result, retErr error) {
+	if !controllerutil.ContainsFinalizer(route, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
+		blocked, deleting := r.deleteRecords(ctx, route, owner)
+		if len(blocked) > 0 || deleting > 0 {
+			before := route.DeepCopy()
+			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonDeleting,
+				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
+			if len(blocked) > 0 {
+				ready.Reason, ready.Message = ReasonDeletionBlocked, "records cannot be deleted yet: "+strings.Join(blocked, "; ")
+				if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
+					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
+				}
+			}
+			meta.SetStatusCondition(&route.Status.Conditions, ready)
+			reconcileOutcomes.WithLabelValues("deleting").Inc()
+			return ctrl.Result{RequeueAfter: requeueSafety}, patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
+		}
+	}
+	for _, edge := range edgesOf(route) {
+		if acct := r.Accounts.Get(edge); acct != nil {
+			for zone, q := range acct.Queues {
+				q.Forget(owner)
+				r.Accounts.countRecords(edge, zone, owner, 0)
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(route, Finalizer)
+	if err := client.IgnoreNotFound(r.Update(ctx, route)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
+	}
+	r.owners.Delete(owner)
+	reconcileOutcomes.WithLabelValues("deleted").Inc()
+	return ctrl.Result{}, nil
+}
+
+// deleteRecords asks every zone the route may have records in for none; it returns
+// what blocks the deletion and how many record sets are still there.
+func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.TenantRoute, owner string) ([]string, int) {
+	var blocked []string
+	deleting := 0
+	for _, edge := range edgesOf(route) {
+		acct := r.Accounts.Get(edge)
+		if acct == nil {
+			err := r.Get(ctx, client.ObjectKey{Name: edge}, &v1.EdgeProvider{})
+			if err == nil {
+				blocked = append(blocked, edge+": EdgeProvider is not ready")
+			} else if !apierrors.IsNotFound(err) {
+				blocked = append(blocked, fmt.Sprintf("%s: %v", edge, err))
+			}
+			// An EdgeProvider that no longer exists cannot be reached: nothing to wait for.
+			continue
+		}
+		for zone, q := range acct.Queues {
+			out := q.Desire(owner, nil)
+			switch {
+			case out.Err != nil:
+				blocked = append(blocked, fmt.Sprintf("%s zone %s: %v", edge, zone, out.Err))
+			case !out.Synced || out.Records > 0:
+				deleting += max(out.Records, 1)
+			}
+		}
+	}
+	return blocked, deleting
+}

@@ -1,0 +1,120 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// edgeState is a route's record state in one EdgeProvider, folded over its zones.
+type edgeState struct {
+	edge      string
+	removing  bool // no longer in spec.edges: its records are being deleted
+	records   int
+	pending   bool
+	errs      []string
+	rejected  []string
+	conflicts []string
+}
+
+func (s *edgeState) add(zone string, o zonequeue.Outcome) {
+	s.records += o.Records
+	if !o.Synced {
+		s.pending = true
+	}
+	if o.Err != nil {
+		s.errs = append(s.errs, fmt.Sprintf("zone %s: %v", zone, o.Err))
+	}
+	for _, f := range o.Failed {
+		s.rejected = append(s.rejected, fmt.Sprintf("%s %s: %v", f.Change.Name(), changeKind(f.Change), f.Err))
+	}
+	for _, c := range o.Conflicts {
+		holder := "a record the operator does not own"
+		if len(c.Holders) > 0 && c.Holders[0].Owner != "" {
+			holder = "a record of another owner"
+		}
+		s.conflicts = append(s.conflicts, fmt.Sprintf("%s is held by %s in %s", c.Desired.Name, holder, s.edge))
+	}
+}
+
+func (s *edgeState) state() (v1.RecordState, string) {
+	switch {
+	case len(s.errs) > 0:
+		return v1.RecordsError, strings.Join(s.errs, "; ")
+	case len(s.rejected) > 0:
+		return v1.RecordsError, "rejected by the provider: " + strings.Join(s.rejected, "; ")
+	case s.pending:
+		return v1.RecordsPending, "changes are being applied"
+	}
+	return v1.RecordsSynced, ""
+}
+
+func changeKind(c providers.Change) string {
+	if c.New != nil {
+		return c.New.Type
+	}
+	return c.Old.Type
+}
+
+// declareRecords hands the route's desired records to the apply queue of every zone
+// and folds the outcomes per EdgeProvider. EdgeProviders the route no longer lists
+// but has records in get an empty desire, which deletes them.
+func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, zones []ZoneRecords,
+	edges map[string]*v1.EdgeProvider) []*edgeState {
+	byEdge := map[string]*edgeState{}
+	var states []*edgeState
+	state := func(edge string) *edgeState {
+		s, ok := byEdge[edge]
+		if !ok {
+			s = &edgeState{edge: edge, removing: !slices.Contains(route.Spec.Edges, edge)}
+			byEdge[edge] = s
+			states = append(states, s)
+		}
+		return s
+	}
+	for _, name := range route.Spec.Edges {
+		s := state(name)
+		if _, ok := edges[name]; !ok {
+			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s not found", name))
+		}
+	}
+	for _, zr := range zones {
+		r.desire(state(zr.Edge), zr.Zone, owner, zr.Records)
+	}
+	for _, p := range route.Status.Providers {
+		if slices.Contains(route.Spec.Edges, p.Edge) {
+			continue
+		}
+		s := state(p.Edge)
+		if acct := r.Accounts.Get(p.Edge); acct != nil {
+			for zone := range acct.Queues {
+				r.desire(s, zone, owner, nil)
+			}
+		} else if _, exists := edges[p.Edge]; exists {
+			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready", p.Edge))
+		}
+	}
+	return states
+}
+
+func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record) {
+	acct := r.Accounts.Get(s.edge)
+	if acct == nil {
+		if !slices.ContainsFunc(s.errs, func(e string) bool { return strings.Contains(e, "not ready") }) {
+			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready (see its CredentialsReady and ZonesReady conditions)", s.edge))
+		}
+		return
+	}
+	q, ok := acct.Queues[zone]
+	if !ok {
+		if len(records) > 0 {
+			s.errs = append(s.errs, fmt.Sprintf("zone %s of EdgeProvider %s is not ready (see its ZonesReady condition)", zone, s.edge))
+		}
+		return
+	}
+	s.add(zone, q.Desire(owner, records))
+}

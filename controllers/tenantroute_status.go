@@ -1,0 +1,153 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// Condition reasons of a TenantRoute.
+const (
+	ReasonReady            = "Ready"
+	ReasonSynced           = "Synced"
+	ReasonPending          = "Pending"
+	ReasonProviderError    = "ProviderError"
+	ReasonConflict         = "Conflict"
+	ReasonNoConflict       = "NoConflict"
+	ReasonRegionNotFound   = "RegionNotFound"
+	ReasonProviderRecovery = "ProviderRecovered"
+)
+
+type statusInput struct {
+	active    string
+	reason    ActiveEdgeReason
+	lost      []lostHostname
+	states    []*edgeState
+	custom    []v1.CustomDomainStatus
+	regionErr error
+}
+
+type statusReport struct {
+	outcome  string
+	result   ctrl.Result
+	rejected error
+}
+
+// updateStatus writes what the reconcile found into the route's status and emits the
+// events of its transitions.
+func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in statusInput) statusReport {
+	previous := map[string]v1.RecordState{}
+	for _, p := range route.Status.Providers {
+		previous[p.Edge] = p.State
+	}
+	route.Status.ActiveEdge = in.active
+	route.Status.CustomDomains = in.custom
+
+	var providersStatus []v1.ProviderRecordStatus
+	var failing, pending, conflicts, rejected []string
+	for _, s := range in.states {
+		state, message := s.state()
+		if s.removing && state == v1.RecordsSynced && s.records == 0 {
+			continue // its records are gone: it drops out of status
+		}
+		providersStatus = append(providersStatus, v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records), Message: message})
+		switch state {
+		case v1.RecordsError:
+			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
+			if previous[s.edge] != v1.RecordsError {
+				r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
+			}
+		case v1.RecordsPending:
+			pending = append(pending, s.edge)
+		default:
+			if previous[s.edge] == v1.RecordsError {
+				r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonProviderRecovery, "ApplyRecords", "%s: records in sync again", s.edge)
+			}
+		}
+		conflicts = append(conflicts, s.conflicts...)
+		rejected = append(rejected, s.rejected...)
+	}
+	route.Status.Providers = providersStatus
+	for _, l := range in.lost {
+		conflicts = append([]string{fmt.Sprintf("%s is claimed by the older TenantRoute %s", l.Hostname, l.Holder)}, conflicts...)
+	}
+
+	gen := route.Generation
+	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: message, ObservedGeneration: gen})
+	}
+
+	oldConflict := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionConflict)
+	if len(conflicts) > 0 {
+		message := strings.Join(conflicts, "; ")
+		set(v1.ConditionConflict, metav1.ConditionTrue, ReasonConflict, message)
+		if oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Message != message {
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonConflict, "ClaimHostname", "%s", message)
+		}
+	} else {
+		set(v1.ConditionConflict, metav1.ConditionFalse, ReasonNoConflict, "every hostname is held by this TenantRoute")
+	}
+
+	switch {
+	case len(failing) > 0:
+		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, ReasonProviderError, strings.Join(failing, "; "))
+	case len(pending) > 0:
+		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, ReasonPending, "applying records in "+strings.Join(pending, ", "))
+	default:
+		set(v1.ConditionRecordsSynced, metav1.ConditionTrue, ReasonSynced, "records are in place in every provider")
+	}
+
+	report := statusReport{outcome: "ready"}
+	oldReady := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady)
+	switch {
+	case len(failing) > 0:
+		set(v1.ConditionReady, metav1.ConditionFalse, ReasonProviderError, "records are failing in "+strings.Join(failing, "; "))
+		report.outcome, report.result = "provider_error", ctrl.Result{RequeueAfter: requeueSafety}
+	case in.active == "":
+		set(v1.ConditionReady, metav1.ConditionFalse, string(ReasonNoEdge), "none of spec.edges names an existing EdgeProvider")
+		report.outcome = "provider_error"
+	case in.regionErr != nil:
+		set(v1.ConditionReady, metav1.ConditionFalse, ReasonRegionNotFound, in.regionErr.Error())
+		report.outcome = "provider_error"
+	case len(pending) > 0:
+		set(v1.ConditionReady, metav1.ConditionFalse, ReasonPending, "applying records in "+strings.Join(pending, ", "))
+		report.outcome, report.result = "pending", ctrl.Result{RequeueAfter: requeueSafety}
+	case len(conflicts) > 0:
+		set(v1.ConditionReady, metav1.ConditionFalse, ReasonConflict, "some hostnames are held by others: see the Conflict condition")
+		report.outcome = "conflict"
+	default:
+		set(v1.ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("records point at %s in every provider", in.active))
+		if oldReady == nil || oldReady.Status != metav1.ConditionTrue {
+			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonReady, "ApplyRecords", "records point at %s in every provider", in.active)
+		}
+	}
+	if len(rejected) > 0 {
+		report.rejected = reconcile.TerminalError(fmt.Errorf("%w: %s", errRejected, strings.Join(rejected, "; ")))
+	}
+	return report
+}
+
+var errRejected = fmt.Errorf("the provider rejected records")
+
+func countActions(changes []providers.Change) (created, updated, deleted int) {
+	for _, c := range changes {
+		switch c.Action {
+		case providers.Create:
+			created++
+		case providers.Update:
+			updated++
+		case providers.Delete:
+			deleted++
+		}
+	}
+	return
+}

@@ -1,0 +1,314 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
+	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
+)
+
+// The records a route's hostname gets while Cloudflare (the first edge) is active.
+func cfActive(hostname string) string { return "CNAME " + hostname + ".cdn.cloudflare.net" }
+
+func r53Active(hostname string) string { return "CNAME " + hostname + ".cdn.cloudflare.net." }
+
+func TestRecordsFollowTheTenantRoute(t *testing.T) {
+	o := newOperator(t, "lifecycle")
+	o.start()
+	ctx := context.Background()
+	o.create(o.route("acme", "acme.auth.example.com", "login.acme.com"))
+
+	eventually(t, 20*time.Second, func() error {
+		cf, r53 := o.cfRecords(), o.r53Records()
+		if !slices.Equal(cf["acme.auth.example.com"], []string{cfActive("acme.auth.example.com")}) {
+			return fmt.Errorf("cloudflare: %v", cf)
+		}
+		if !slices.Equal(r53["acme.auth.example.com"], []string{r53Active("acme.auth.example.com")}) {
+			return fmt.Errorf("route53: %v", r53)
+		}
+		if _, ok := r53["_tenantroute-cname.acme.auth.example.com"]; !ok {
+			return fmt.Errorf("route53 has no ownership registry record: %v", r53)
+		}
+		if _, ok := cf["login.acme.com"]; ok {
+			return fmt.Errorf("a custom domain got a record: %v", cf)
+		}
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	})
+	tr := o.get("acme")
+	if tr.Status.ActiveEdge != o.cfEdge || tr.Status.ObservedGeneration != tr.Generation {
+		t.Errorf("status: active %q, observedGeneration %d of %d", tr.Status.ActiveEdge, tr.Status.ObservedGeneration, tr.Generation)
+	}
+	if len(tr.Status.CustomDomains) != 1 || tr.Status.CustomDomains[0] != (v1.CustomDomainStatus{Hostname: "login.acme.com", CNAMETarget: "acme.auth.example.com"}) {
+		t.Errorf("custom domains: %+v", tr.Status.CustomDomains)
+	}
+	for _, p := range tr.Status.Providers {
+		if p.State != v1.RecordsSynced || p.Records != 1 {
+			t.Errorf("provider status %+v", p)
+		}
+	}
+	for _, r := range o.cf.Records(o.cfZone) {
+		if r.Name == "acme.auth.example.com" && r.Comment != "tenantroute:lifecycle/t-lifecycle/acme" {
+			t.Errorf("cloudflare record carries comment %q", r.Comment)
+		}
+	}
+	eventually(t, 5*time.Second, func() error { return expectEvent(tr, "TenantRoute", "RecordsChanged", "created 1") })
+
+	// Edit the hostnames: the old record goes, the new one comes.
+	tr.Spec.Hostnames = []string{"beta.auth.example.com"}
+	if err := k8s.Update(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		cf, r53 := o.cfRecords(), o.r53Records()
+		if _, old := cf["acme.auth.example.com"]; old || !slices.Equal(cf["beta.auth.example.com"], []string{cfActive("beta.auth.example.com")}) {
+			return fmt.Errorf("cloudflare: %v", cf)
+		}
+		if _, old := r53["acme.auth.example.com"]; old || !slices.Equal(r53["beta.auth.example.com"], []string{r53Active("beta.auth.example.com")}) {
+			return fmt.Errorf("route53: %v", r53)
+		}
+		if _, old := r53["_tenantroute-cname.acme.auth.example.com"]; old {
+			return fmt.Errorf("route53 kept the old registry record: %v", r53)
+		}
+		return nil
+	})
+
+	// Delete: every owned record goes and the object is released.
+	if err := k8s.Delete(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(tr), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("TenantRoute still there (%v)", err)
+		}
+		if len(o.cf.Records(o.cfZone)) != 0 {
+			return fmt.Errorf("cloudflare: %v", o.cfRecords())
+		}
+		if n := len(o.r53.RecordSets(o.r53Zone)); n != 2 { // SOA and NS
+			return fmt.Errorf("route53: %v", o.r53Records())
+		}
+		return nil
+	})
+}
+
+func TestOneProviderDownTheOtherConverges(t *testing.T) {
+	o := newOperator(t, "outage")
+	o.start()
+	eventually(t, 10*time.Second, func() error {
+		ep := &v1.EdgeProvider{}
+		_ = k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep)
+		return expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionTrue, "")
+	})
+	o.cf.SetFaults(emulatorkit.Faults{Outage: true})
+	o.create(o.route("acme", "acme.auth.example.com"))
+
+	eventually(t, 20*time.Second, func() error {
+		if !slices.Equal(o.r53Records()["acme.auth.example.com"], []string{r53Active("acme.auth.example.com")}) {
+			return fmt.Errorf("route53: %v", o.r53Records())
+		}
+		tr := o.get("acme")
+		if err := expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonProviderError); err != nil {
+			return err
+		}
+		if msg := condition(tr.Status.Conditions, v1.ConditionReady).Message; !strings.Contains(msg, o.cfEdge) {
+			return fmt.Errorf("Ready does not name %s: %s", o.cfEdge, msg)
+		}
+		for _, p := range tr.Status.Providers {
+			want := v1.RecordsSynced
+			if p.Edge == o.cfEdge {
+				want = v1.RecordsError
+			}
+			if p.State != want {
+				return fmt.Errorf("provider %s is %s, want %s", p.Edge, p.State, want)
+			}
+		}
+		return expectEvent(tr, "TenantRoute", controllers.ReasonProviderError, o.cfEdge)
+	})
+	if len(o.cf.Records(o.cfZone)) != 0 {
+		t.Fatalf("records written during an outage: %v", o.cfRecords())
+	}
+
+	o.cf.SetFaults(emulatorkit.Faults{})
+	eventually(t, 30*time.Second, func() error {
+		if !slices.Equal(o.cfRecords()["acme.auth.example.com"], []string{cfActive("acme.auth.example.com")}) {
+			return fmt.Errorf("cloudflare: %v", o.cfRecords())
+		}
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+}
+
+func TestConflicts(t *testing.T) {
+	o := newOperator(t, "conflicts")
+	if _, err := o.cf.AddRecord(o.cfZone, cfemulator.Record{Name: "taken.auth.example.com", Type: "A", Content: "203.0.113.5", TTL: 300}); err != nil {
+		t.Fatal(err)
+	}
+	foreignBefore := o.cf.Records(o.cfZone)
+	o.start()
+	ctx := context.Background()
+	o.create(o.route("first", "shared.auth.example.com"))
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("first").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	o.create(o.route("second", "shared.auth.example.com", "second.auth.example.com"))
+	o.create(o.route("third", "taken.auth.example.com"))
+
+	eventually(t, 20*time.Second, func() error {
+		second := o.get("second")
+		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, controllers.ReasonConflict); err != nil {
+			return err
+		}
+		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com is claimed by the older TenantRoute t-conflicts/first") {
+			return fmt.Errorf("conflict message: %s", msg)
+		}
+		if !slices.Equal(o.cfRecords()["second.auth.example.com"], []string{cfActive("second.auth.example.com")}) {
+			return fmt.Errorf("the uncontested hostname of the second route: %v", o.cfRecords())
+		}
+		third := o.get("third")
+		if msg := condition(third.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "taken.auth.example.com is held by a record the operator does not own in "+o.cfEdge) {
+			return fmt.Errorf("third route conflict: %s", msg)
+		}
+		return expectEvent(second, "TenantRoute", controllers.ReasonConflict, "shared.auth.example.com")
+	})
+	// The foreign record is untouched; Route53 had none, so the third route is there.
+	if after := o.cf.Records(o.cfZone); !slices.Contains(after, foreignBefore[0]) {
+		t.Errorf("foreign record changed: before %+v, after %+v", foreignBefore, after)
+	}
+	if !slices.Equal(o.r53Records()["taken.auth.example.com"], []string{r53Active("taken.auth.example.com")}) {
+		t.Errorf("route53: %v", o.r53Records())
+	}
+	// The older route keeps the name: its record still carries its owner.
+	for _, r := range o.cf.Records(o.cfZone) {
+		if r.Name == "shared.auth.example.com" && r.Comment != "tenantroute:conflicts/t-conflicts/first" {
+			t.Errorf("shared record owned by %q", r.Comment)
+		}
+	}
+
+	// Once the older route is gone, the newer one takes the name.
+	if err := k8s.Delete(ctx, o.get("first")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		second := o.get("second")
+		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionFalse, ""); err != nil {
+			return err
+		}
+		for _, r := range o.cf.Records(o.cfZone) {
+			if r.Name == "shared.auth.example.com" && r.Comment == "tenantroute:conflicts/t-conflicts/second" {
+				return nil
+			}
+		}
+		return fmt.Errorf("shared record not taken over: %v", o.cf.Records(o.cfZone))
+	})
+}
+
+func TestMissingCredentialSecret(t *testing.T) {
+	o := newOperator(t, "secret")
+	if err := k8s.Delete(context.Background(), o.cfSecret()); err != nil {
+		t.Fatal(err)
+	}
+	o.start()
+	ep := &v1.EdgeProvider{}
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+			return err
+		}
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, controllers.ReasonSecretNotFound); err != nil {
+			return err
+		}
+		if msg := condition(ep.Status.Conditions, v1.ConditionCredentialsReady).Message; !strings.Contains(msg, "op-secret/cloudflare-token") {
+			return fmt.Errorf("condition does not name the secret: %s", msg)
+		}
+		return expectEvent(ep, "EdgeProvider", controllers.ReasonSecretNotFound, "cloudflare-token")
+	})
+	if ep.Status.Type != controllers.TypeCloudflare {
+		t.Errorf("status.type %q", ep.Status.Type)
+	}
+
+	o.create(o.cfSecret())
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+			return err
+		}
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, ""); err != nil {
+			return err
+		}
+		return expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionTrue, "")
+	})
+	if len(ep.Status.Zones) != 1 || ep.Status.Zones[0].ID != o.cfZone {
+		t.Errorf("resolved zones %+v, want %s", ep.Status.Zones, o.cfZone)
+	}
+	for _, e := range eventsFor(ep) {
+		if strings.Contains(e.Note, cfToken) {
+			t.Errorf("an event shows the token: %s", e.Note)
+		}
+	}
+}
+
+func TestWrongTokenAndMissingZone(t *testing.T) {
+	o := newOperator(t, "badcreds")
+	secret := o.cfSecret()
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(secret), secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Data = map[string][]byte{"token": []byte("revoked")}
+	if err := k8s.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	aws := &v1.EdgeProvider{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, aws); err != nil {
+		t.Fatal(err)
+	}
+	aws.Spec.Zones = append(aws.Spec.Zones, v1.Zone{Name: "missing.example.org"})
+	if err := k8s.Update(context.Background(), aws); err != nil {
+		t.Fatal(err)
+	}
+	o.start()
+	eventually(t, 10*time.Second, func() error {
+		cf := &v1.EdgeProvider{}
+		_ = k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, cf)
+		if err := expectCondition(cf.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, controllers.ReasonCredentialsRejected); err != nil {
+			return err
+		}
+		_ = k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, aws)
+		if err := expectCondition(aws.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionFalse, controllers.ReasonZoneNotFound); err != nil {
+			return err
+		}
+		if msg := condition(aws.Status.Conditions, v1.ConditionZonesReady).Message; !strings.Contains(msg, "missing.example.org") {
+			return fmt.Errorf("ZonesReady does not name the zone: %s", msg)
+		}
+		return nil
+	})
+}
+
+func TestOrphanDeletionPolicy(t *testing.T) {
+	o := newOperator(t, "orphan")
+	o.start()
+	tr := o.route("acme", "acme.auth.example.com")
+	tr.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
+	o.create(tr)
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	if err := k8s.Delete(context.Background(), tr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(tr), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	if _, ok := o.cfRecords()["acme.auth.example.com"]; !ok {
+		t.Errorf("Orphan policy deleted the record: %v", o.cfRecords())
+	}
+}

@@ -1,0 +1,468 @@
+// Package zonequeue coalesces the record changes of many owners (TenantRoutes) in one
+// zone into the provider's batches.
+//
+// Owners declare what they want (Desire) and return at once; the queue plans every
+// owner that changed against one cached listing of the zone and applies all their
+// changes together, so that 10,000 TenantRoutes mean a handful of batch requests, not
+// 10,000 single-record writes. When an owner's outcome changes, the queue says so
+// through its notify callback, so the controller can report it.
+package zonequeue
+
+import (
+	"context"
+
+	"fmt"
+	"github.com/go-logr/logr"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// Outcome is an owner's state in the zone.
+type Outcome struct {
+	// Synced: the owner's desired records, as last declared, are in place (apart from
+	// Conflicts and Failed, which cannot be placed).
+	Synced bool
+	// Records is how many record sets the owner has in the zone.
+	Records int
+	// Conflicts are desired records held by someone else, left alone.
+	Conflicts []providers.Conflict
+	// Failed are changes the provider rejected.
+	Failed []providers.Failure
+	// Err is why the last attempt did not complete (provider unreachable, throttled,
+	// credentials refused); the queue retries with backoff.
+	Err error
+	// Applied are the changes made for the owner by the flush that produced this outcome.
+	Applied []providers.Change
+}
+
+func (o Outcome) summary() string {
+	return fmt.Sprintf("%t/%d/%d/%d/%v", o.Synced, o.Records, len(o.Conflicts), len(o.Failed), o.Err)
+}
+
+// Defaults of Options.
+const (
+	DefaultQuiet   = time.Second
+	DefaultMaxWait = 5 * time.Second
+)
+
+// Options tune a queue.
+type Options struct {
+	// Quiet: a flush starts once no owner has changed its desire for this long...
+	Quiet time.Duration
+	// MaxWait: ...or once the oldest pending desire has waited this long.
+	MaxWait time.Duration
+	// Resync re-plans owners with conflicts or failures this often, in case whoever
+	// held their names has let go.
+	Resync time.Duration
+	// MaxBackoff caps the wait after a failed flush.
+	MaxBackoff time.Duration
+	// Log receives a line per flush at V(1).
+	Log logr.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Quiet == 0 {
+		o.Quiet = DefaultQuiet
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Resync == 0 {
+		o.Resync = 5 * time.Minute
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 2 * time.Minute
+	}
+}
+
+type owner struct {
+	desired []providers.Record
+	hash    uint64
+	dirty   bool
+	outcome Outcome
+}
+
+// Queue is the apply queue of one zone.
+type Queue struct {
+	provider providers.Provider
+	zone     providers.Zone
+	opts     Options
+	notify   func(owner string, o Outcome)
+
+	mu          sync.Mutex
+	owners      map[string]*owner
+	firstDirty  time.Time
+	lastDesired time.Time
+	wake        chan struct{}
+}
+
+// New returns the queue of one zone. provider should be a providers.Cached shared by
+// every queue of the account, so that a zone is listed once per resync. notify is
+// called, outside any lock, when an owner's outcome changes.
+func New(provider providers.Provider, zone providers.Zone, opts Options, notify func(owner string, o Outcome)) *Queue {
+	opts.defaults()
+	return &Queue{provider: provider, zone: zone, opts: opts, notify: notify,
+		owners: map[string]*owner{}, wake: make(chan struct{}, 1)}
+}
+
+// Zone is the queue's zone.
+func (q *Queue) Zone() providers.Zone { return q.zone }
+
+// Desire declares every record owner wants in the zone (none: delete what it owns) and
+// returns the owner's outcome as it stands. A changed desire is applied by a later
+// flush; the outcome is then reported through notify.
+func (q *Queue) Desire(ownerKey string, desired []providers.Record) Outcome {
+	normalised := make([]providers.Record, len(desired))
+	for i, r := range desired {
+		normalised[i] = q.provider.Normalize(r)
+	}
+	slices.SortFunc(normalised, func(a, b providers.Record) int {
+		return strings.Compare(a.Name+" "+a.Type, b.Name+" "+b.Type)
+	})
+	h := hashRecords(normalised)
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o, ok := q.owners[ownerKey]
+	if !ok {
+		o = &owner{}
+		q.owners[ownerKey] = o
+	}
+	// An unchanged desire is pending, applied, or being retried already; owners with
+	// conflicts or rejected records are re-planned every Resync.
+	if ok && o.hash == h {
+		return o.outcome
+	}
+	o.desired, o.hash = normalised, h
+	o.outcome.Synced = false
+	q.markDirty(o)
+	return o.outcome
+}
+
+// Forget drops an owner whose records are gone.
+func (q *Queue) Forget(ownerKey string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.owners, ownerKey)
+}
+
+// markDirty schedules o for the next flush; q.mu must be held.
+func (q *Queue) markDirty(o *owner) {
+	now := time.Now()
+	o.dirty = true
+	if q.firstDirty.IsZero() {
+		q.firstDirty = now
+	}
+	q.lastDesired = now
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run flushes until ctx is done.
+func (q *Queue) Run(ctx context.Context) {
+	backoff := time.Duration(0)
+	resync := time.NewTicker(q.opts.Resync)
+	defer resync.Stop()
+	for {
+		wait := q.untilFlush()
+		if backoff > wait {
+			wait = backoff
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-q.wake:
+			timer.Stop()
+			continue
+		case <-resync.C:
+			timer.Stop()
+			q.recheckContested()
+			continue
+		case <-timer.C:
+		}
+		quiet, due := q.due()
+		if !due {
+			continue
+		}
+		// While desires keep arriving, only full batches go out; the remainder waits
+		// for the stream to pause, so that a long stream costs the batch minimum.
+		err := q.flush(ctx, !quiet)
+		switch {
+		case err == nil:
+			backoff = 0
+		case providers.RetryAfter(err) > 0:
+			backoff = providers.RetryAfter(err)
+		default:
+			backoff = min(max(2*backoff, time.Second), q.opts.MaxBackoff)
+		}
+	}
+}
+
+// untilFlush is how long until pending desires are due (a day when none are).
+func (q *Queue) untilFlush() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.firstDirty.IsZero() {
+		return 24 * time.Hour
+	}
+	now := time.Now()
+	quiet := q.lastDesired.Add(q.opts.Quiet).Sub(now)
+	maxWait := q.firstDirty.Add(q.opts.MaxWait).Sub(now)
+	return max(0, min(quiet, maxWait))
+}
+
+// due reports whether desires are pending, and whether they stopped arriving.
+func (q *Queue) due() (quiet, due bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return time.Since(q.lastDesired) >= q.opts.Quiet, !q.firstDirty.IsZero()
+}
+
+// recheckContested re-plans owners whose records are held by others or were rejected.
+func (q *Queue) recheckContested() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, o := range q.owners {
+		if len(o.outcome.Conflicts) > 0 || len(o.outcome.Failed) > 0 {
+			q.markDirty(o)
+		}
+	}
+}
+
+// Flush plans and applies every pending owner now; Run calls it when due.
+func (q *Queue) Flush(ctx context.Context) error { return q.flush(ctx, false) }
+
+// flush plans the pending owners against the zone and applies their changes. With
+// fullBatchesOnly, only owners whose changes fill whole batches are applied; the
+// others stay pending.
+func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
+	q.mu.Lock()
+	batch := map[string][]providers.Record{}
+	for key, o := range q.owners {
+		if o.dirty {
+			batch[key] = o.desired
+			o.dirty = false
+		}
+	}
+	q.firstDirty = time.Time{}
+	q.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+
+	outcomes := map[string]*Outcome{}
+	for key := range batch {
+		outcomes[key] = &Outcome{}
+	}
+	current, err := q.provider.ListRecords(ctx, q.zone)
+	if err != nil {
+		for _, o := range outcomes {
+			o.Err = err
+		}
+		q.finish(batch, outcomes, nil)
+		return err
+	}
+
+	// Plan owners in a stable order; a name created or updated by one owner in this
+	// flush is a conflict for any other.
+	keys := make([]string, 0, len(batch))
+	for key := range batch {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	claimed := map[string]string{}
+	perOwner := map[string][]providers.Change{}
+	for _, key := range keys {
+		plan := providers.MakePlan(current, batch[key], key)
+		out := outcomes[key]
+		out.Conflicts = plan.Conflicts
+		for _, c := range plan.Changes {
+			if c.New != nil {
+				if holder, ok := claimed[c.New.Name]; ok && holder != key {
+					out.Conflicts = append(out.Conflicts, providers.Conflict{Desired: *c.New})
+					continue
+				}
+				claimed[c.New.Name] = key
+			}
+			perOwner[key] = append(perOwner[key], c)
+		}
+	}
+	if fullBatchesOnly {
+		var held []string
+		keys, held = q.fillBatches(keys, perOwner)
+		q.hold(held)
+		for _, key := range held {
+			delete(batch, key)
+			delete(outcomes, key)
+		}
+	}
+	var changes []providers.Change
+	for _, key := range keys {
+		changes = append(changes, perOwner[key]...)
+	}
+
+	res, applyErr := q.provider.ApplyChanges(ctx, q.zone, changes)
+	q.opts.Log.V(1).Info("flushed", "zone", q.zone.Name, "owners", len(keys), "changes", len(changes),
+		"applied", len(res.Applied), "failed", len(res.Failed), "fullBatchesOnly", fullBatchesOnly, "error", applyErr)
+	done := map[string]int{}
+	for _, c := range res.Applied {
+		key := changeOwner(c)
+		outcomes[key].Applied = append(outcomes[key].Applied, c)
+		done[key]++
+	}
+	for _, f := range res.Failed {
+		key := changeOwner(f.Change)
+		outcomes[key].Failed = append(outcomes[key].Failed, f)
+		done[key]++
+	}
+	planned := map[string]int{}
+	for _, c := range changes {
+		planned[changeOwner(c)]++
+	}
+	for key, out := range outcomes {
+		if done[key] < planned[key] {
+			out.Err = applyErr
+		}
+	}
+	after, err := q.provider.ListRecords(ctx, q.zone)
+	if err == nil {
+		for _, r := range after {
+			if out, ok := outcomes[r.Owner]; ok {
+				out.Records++
+			}
+		}
+	}
+	q.finish(batch, outcomes, res.Applied)
+	return applyErr
+}
+
+// fillBatches splits owners, in order, into those whose changes fill whole batches
+// and those held back for a later flush. Owners without changes are never held.
+func (q *Queue) fillBatches(keys []string, perOwner map[string][]providers.Change) (send, held []string) {
+	b, ok := q.provider.(providers.Batched)
+	if !ok {
+		return keys, nil
+	}
+	limit := b.BatchLimit()
+	var total providers.Cost
+	costs := map[string]providers.Cost{}
+	for _, key := range keys {
+		var c providers.Cost
+		for _, ch := range perOwner[key] {
+			cc := b.ChangeCost(ch)
+			c.Records, c.Chars = c.Records+cc.Records, c.Chars+cc.Chars
+		}
+		costs[key] = c
+		total.Records, total.Chars = total.Records+c.Records, total.Chars+c.Chars
+	}
+	batches := fullBatches(total.Records, limit.Records)
+	if limit.Chars > 0 {
+		batches = min(batches, fullBatches(total.Chars, limit.Chars))
+	}
+	var used providers.Cost
+	for _, key := range keys {
+		c := costs[key]
+		next := providers.Cost{Records: used.Records + c.Records, Chars: used.Chars + c.Chars}
+		fits := (limit.Records == 0 || next.Records <= batches*limit.Records) && (limit.Chars == 0 || next.Chars <= batches*limit.Chars)
+		if c.Records == 0 || fits {
+			send = append(send, key)
+			used = next
+		} else {
+			held = append(held, key)
+		}
+	}
+	return send, held
+}
+
+func fullBatches(total, limit int) int {
+	if limit == 0 {
+		return 1 << 30
+	}
+	return total / limit
+}
+
+// hold puts owners back in the queue for the next flush.
+func (q *Queue) hold(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, key := range keys {
+		if o, ok := q.owners[key]; ok {
+			o.dirty = true
+		}
+	}
+	q.firstDirty = time.Now()
+}
+
+// finish records the outcomes, keeps owners with an error pending, marks owners that
+// lost a name to a deletion of this flush for another try, and notifies changes.
+func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]*Outcome, applied []providers.Change) {
+	released := map[string]bool{}
+	for _, c := range applied {
+		if c.Action == providers.Delete {
+			released[c.Old.Name] = true
+		}
+	}
+	type note struct {
+		owner   string
+		outcome Outcome
+	}
+	var notes []note
+	q.mu.Lock()
+	for key, out := range outcomes {
+		o, ok := q.owners[key]
+		if !ok {
+			continue
+		}
+		out.Synced = out.Err == nil && !o.dirty
+		if out.Err != nil {
+			// Retried by the next flush, after the backoff.
+			q.markDirty(o)
+		}
+		changed := o.outcome.summary() != out.summary() || len(out.Applied) > 0
+		o.outcome = *out
+		if changed {
+			notes = append(notes, note{key, *out})
+		}
+	}
+	for _, o := range q.owners {
+		for _, c := range o.outcome.Conflicts {
+			if released[c.Desired.Name] {
+				q.markDirty(o)
+				break
+			}
+		}
+	}
+	q.mu.Unlock()
+	if q.notify != nil {
+		for _, n := range notes {
+			q.notify(n.owner, n.outcome)
+		}
+	}
+}
+
+func changeOwner(c providers.Change) string {
+	if c.New != nil {
+		return c.New.Owner
+	}
+	return c.Old.Owner
+}
+
+func hashRecords(rs []providers.Record) uint64 {
+	h := fnv.New64a()
+	for _, r := range rs {
+		fmt.Fprintf(h, "%s|%s|%d|%t|%s\n", r.Name, r.Type, r.TTL, r.Proxied, strings.Join(r.Values, ","))
+	}
+	return h.Sum64()
+}

@@ -1,0 +1,189 @@
+package zonequeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// memProvider is an atomic in-memory zone that counts calls.
+type memProvider struct {
+	mu      sync.Mutex
+	records map[providers.Key]providers.Record
+	lists   int
+	applies int
+	changes int
+	fail    error
+}
+
+func newMem() *memProvider { return &memProvider{records: map[providers.Key]providers.Record{}} }
+
+func (m *memProvider) Name() string { return "mem" }
+func (m *memProvider) ResolveZone(_ context.Context, z providers.Zone) (providers.Zone, error) {
+	return z, nil
+}
+func (m *memProvider) Normalize(r providers.Record) providers.Record {
+	return providers.NormalizeCommon(r)
+}
+func (m *memProvider) ListRecords(context.Context, providers.Zone) ([]providers.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lists++
+	var out []providers.Record
+	for _, r := range m.records {
+		out = append(out, r)
+	}
+	return out, nil
+}
+func (m *memProvider) ApplyChanges(_ context.Context, _ providers.Zone, changes []providers.Change) (providers.Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return providers.Result{}, m.fail
+	}
+	m.applies += (len(changes) + 199) / 200
+	m.changes += len(changes)
+	for _, c := range changes {
+		if c.Old != nil {
+			delete(m.records, c.Old.Key())
+		}
+		if c.New != nil {
+			m.records[c.New.Key()] = *c.New
+		}
+	}
+	return providers.Result{Applied: changes}, nil
+}
+
+func cname(name string) []providers.Record {
+	return []providers.Record{{Name: name, Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}}}
+}
+
+type notes struct {
+	mu  sync.Mutex
+	got map[string]Outcome
+}
+
+func (n *notes) record(owner string, o Outcome) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.got[owner] = o
+}
+
+func (n *notes) of(owner string) (Outcome, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o, ok := n.got[owner]
+	return o, ok
+}
+
+func setup() (*memProvider, *Queue, *notes) {
+	mem := newMem()
+	n := &notes{got: map[string]Outcome{}}
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{}, n.record)
+	return mem, q, n
+}
+
+func TestManyOwnersShareOneListAndFewBatches(t *testing.T) {
+	mem, q, n := setup()
+	for i := range 1000 {
+		if out := q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i))); out.Synced {
+			t.Fatal("synced before any flush")
+		}
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if mem.lists != 2 || mem.applies != 5 || mem.changes != 1000 {
+		t.Errorf("1000 owners: %d lists, %d batches, %d changes; want 2 (provider uncached here), 5, 1000", mem.lists, mem.applies, mem.changes)
+	}
+	out, ok := n.of("o0042")
+	if !ok || !out.Synced || out.Records != 1 || len(out.Applied) != 1 {
+		t.Errorf("owner outcome %+v (notified %t)", out, ok)
+	}
+	// The same desire again changes nothing and flushes nothing.
+	if out := q.Desire("o0042", cname("t0042.example.com")); !out.Synced {
+		t.Errorf("unchanged desire: %+v", out)
+	}
+	before := mem.applies
+	_ = q.Flush(context.Background())
+	if mem.applies != before {
+		t.Error("a flush with nothing pending wrote")
+	}
+}
+
+func TestOneNameClaimedByTwoOwnersInOneFlush(t *testing.T) {
+	mem, q, n := setup()
+	q.Desire("a", cname("shared.example.com"))
+	q.Desire("b", cname("shared.example.com"))
+	_ = q.Flush(context.Background())
+	a, _ := n.of("a")
+	b, _ := n.of("b")
+	if len(a.Conflicts) != 0 || len(b.Conflicts) != 1 || mem.records[providers.Key{Name: "shared.example.com", Type: "CNAME"}].Owner != "a" {
+		t.Fatalf("a: %+v\nb: %+v", a, b)
+	}
+	// a lets go: b is re-planned without being asked and takes the name.
+	q.Desire("a", nil)
+	_ = q.Flush(context.Background()) // a deletes
+	_ = q.Flush(context.Background()) // b, marked again by the release
+	b, _ = n.of("b")
+	if len(b.Conflicts) != 0 || b.Records != 1 || mem.records[providers.Key{Name: "shared.example.com", Type: "CNAME"}].Owner != "b" {
+		t.Fatalf("after a released the name, b: %+v", b)
+	}
+}
+
+func TestTransientErrorIsRetriedByRun(t *testing.T) {
+	mem, _, n := setup()
+	outage := &providers.Error{Provider: "mem", Op: "ApplyChanges", Kind: providers.Transient, Err: errors.New("503")}
+	mem.fail = outage
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Quiet: time.Millisecond, MaxWait: time.Millisecond}, n.record)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	q.Desire("a", cname("a.example.com"))
+	waitFor(t, func() bool { o, _ := n.of("a"); return errors.Is(o.Err, outage) })
+	mem.mu.Lock()
+	mem.fail = nil
+	mem.mu.Unlock()
+	waitFor(t, func() bool { o, _ := n.of("a"); return o.Synced && o.Err == nil && o.Records == 1 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type batchedMem struct{ *memProvider }
+
+func (batchedMem) BatchLimit() providers.Cost                 { return providers.Cost{Records: 200} }
+func (batchedMem) ChangeCost(providers.Change) providers.Cost { return providers.Cost{Records: 1} }
+
+func TestWhileDesiresArriveOnlyFullBatchesGoOut(t *testing.T) {
+	mem := newMem()
+	q := New(batchedMem{mem}, providers.Zone{Name: "example.com", ID: "z"}, Options{}, nil)
+	for i := range 450 {
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+	}
+	if err := q.flush(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if mem.changes != 400 || mem.applies != 2 {
+		t.Fatalf("busy flush applied %d changes in %d batches, want 400 in 2", mem.changes, mem.applies)
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if mem.changes != 450 || mem.applies != 3 {
+		t.Fatalf("quiet flush: %d changes in %d batches, want 450 in 3", mem.changes, mem.applies)
+	}
+}
