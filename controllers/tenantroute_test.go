@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
@@ -63,6 +64,12 @@ func TestRecordsFollowTheTenantRoute(t *testing.T) {
 		}
 	}
 	eventually(t, 5*time.Second, func() error { return expectEvent(tr, "TenantRoute", "RecordsChanged", "created 1") })
+	if n := metricValue(t, "tenantroute_records_managed", map[string]string{"provider": o.cfEdge}); n != 1 {
+		t.Errorf("tenantroute_records_managed{provider=%s} = %v, want 1", o.cfEdge, n)
+	}
+	if n := metricValue(t, "tenantroute_provider_api_requests_total", map[string]string{"provider": o.awsEdge, "operation": "ApplyChanges", "code": "200"}); n < 1 {
+		t.Errorf("no ApplyChanges request counted for %s", o.awsEdge)
+	}
 
 	// Edit the hostnames: the old record goes, the new one comes.
 	tr.Spec.Hostnames = []string{"beta.auth.example.com"}
@@ -144,6 +151,37 @@ func TestOneProviderDownTheOtherConverges(t *testing.T) {
 			return fmt.Errorf("cloudflare: %v", o.cfRecords())
 		}
 		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+
+	// Deleting while Cloudflare is down: the finalizer holds the route until its
+	// Cloudflare record is gone too.
+	o.cf.SetFaults(emulatorkit.Faults{Outage: true})
+	tr := o.get("acme")
+	if err := k8s.Delete(context.Background(), tr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if _, ok := o.r53Records()["acme.auth.example.com"]; ok {
+			return fmt.Errorf("route53 record not deleted yet")
+		}
+		held := o.get("acme")
+		if err := expectCondition(held.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonDeletionBlocked); err != nil {
+			return err
+		}
+		return expectEvent(held, "TenantRoute", controllers.ReasonDeletionBlocked, o.cfEdge)
+	})
+	if _, ok := o.cfRecords()["acme.auth.example.com"]; !ok {
+		t.Fatal("the cloudflare record vanished during the outage")
+	}
+	o.cf.SetFaults(emulatorkit.Faults{})
+	eventually(t, 60*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(tr), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("TenantRoute still held: %v", err)
+		}
+		if len(o.cf.Records(o.cfZone)) != 0 {
+			return fmt.Errorf("cloudflare: %v", o.cfRecords())
+		}
+		return nil
 	})
 }
 
@@ -311,4 +349,31 @@ func TestOrphanDeletionPolicy(t *testing.T) {
 	if _, ok := o.cfRecords()["acme.auth.example.com"]; !ok {
 		t.Errorf("Orphan policy deleted the record: %v", o.cfRecords())
 	}
+}
+
+// metricValue reads one series of the operator's metrics registry (0 when absent).
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue series
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
