@@ -101,3 +101,14 @@ func (a *Accounts) countRecords(edge, zone, owner string, n int) {
 	}
 	recordsManaged.WithLabelValues(edge).Set(float64(total))
 }
+
+// expediteAll has every queue flush what is pending now.
+func (a *Accounts) expediteAll() {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, acct := range a.byEdge {
+		for _, q := range acct.Queues {
+			q.Expedite()
+		}
+	}
+}

@@ -47,14 +47,14 @@ const (
 // healthy: a new edge is trusted until its probes say otherwise). When every existing
 // edge is unhealthy, the current active edge stays (fail static): the operator never
 // moves or blanks records because its own probes fail. Manual: the pinned edge.
-// edges holds the EdgeProviders that exist, by name.
-func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider) (string, ActiveEdgeReason) {
+// edges holds the EdgeProviders that exist, by name; health tells an edge's health.
+func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) Health) (string, ActiveEdgeReason) {
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
 		return f.PinnedEdge, ReasonPinned
 	}
 	for i, name := range route.Spec.Edges {
 		ep, ok := edges[name]
-		if !ok || EdgeHealth(ep) == Unhealthy {
+		if !ok || health(ep) == Unhealthy {
 			continue
 		}
 		if i == 0 {

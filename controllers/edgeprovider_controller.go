@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
 	"github.com/tenantroute/tenantroute-operator/providers/route53"
@@ -70,6 +71,8 @@ type EdgeProviderReconciler struct {
 	Notify func(edge, zone, owner string, o zonequeue.Outcome)
 	// Revalidate is how often credentials and zones are checked again.
 	Revalidate time.Duration
+	// Monitor probes each EdgeProvider's health check.
+	Monitor *edge.Monitor
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch
@@ -83,6 +86,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Get(ctx, req.NamespacedName, ep); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Accounts.Remove(req.Name)
+			r.Monitor.Forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -91,10 +95,16 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if retErr == nil {
 			ep.Status.ObservedGeneration = ep.Generation
 		}
-		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, ep, before.Status, ep.Status))
+		// Optimistic locking: the failover handler writes the Healthy condition, which
+		// a patch from a stale copy must not undo.
+		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, ep, before.Status, ep.Status, client.MergeFromWithOptimisticLock{}))
 	}()
 
 	ep.Status.Type = providerType(ep)
+	r.Monitor.Watch(ep.Name, checkOf(ep))
+	if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) == nil {
+		setHealth(ep, edge.Unknown, edge.Probe{})
+	}
 	creds, reason, err := r.credentials(ctx, ep)
 	if err != nil {
 		r.Accounts.Remove(ep.Name)
@@ -180,7 +190,7 @@ func isAuthError(err error) bool {
 
 // setCondition sets a condition and emits an event when its status or reason changes.
 func (r *EdgeProviderReconciler) setCondition(ep *v1.EdgeProvider, typ string, status metav1.ConditionStatus, reason, message string) {
-	old := meta.FindStatusCondition(ep.Status.Conditions, typ)
+	old := previousCondition(ep.Status.Conditions, typ)
 	meta.SetStatusCondition(&ep.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: ep.Generation})
 	if old != nil && old.Status == status && old.Reason == reason {
@@ -317,11 +327,11 @@ func (r *EdgeProviderReconciler) providersOfSecret(ctx context.Context, o client
 }
 
 // patchStatus writes status only when it changed.
-func patchStatus(ctx context.Context, c client.Client, before, after client.Object, beforeStatus, afterStatus any) error {
+func patchStatus(ctx context.Context, c client.Client, before, after client.Object, beforeStatus, afterStatus any, opts ...client.MergeFromOption) error {
 	if equality.Semantic.DeepEqual(beforeStatus, afterStatus) {
 		return nil
 	}
-	if err := client.IgnoreNotFound(c.Status().Patch(ctx, after, client.MergeFrom(before))); err != nil {
+	if err := client.IgnoreNotFound(c.Status().Patch(ctx, after, client.MergeFromWithOptions(before, opts...))); err != nil {
 		return fmt.Errorf("patching status: %w", err)
 	}
 	return nil

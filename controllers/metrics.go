@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenantroute/tenantroute-operator/edge"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -18,6 +20,24 @@ var (
 		Name: "tenantroute_records_managed",
 		Help: "Record sets the operator owns, by EdgeProvider.",
 	}, []string{"provider"})
+	edgeHealthGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantroute_edge_health",
+		Help: "Health of each edge: 1 healthy, 0 unhealthy, -1 unknown.",
+	}, []string{"edge"})
+	probeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantroute_edge_probe_duration_seconds",
+		Help:    "Latency of edge health probes, by edge and result.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+	}, []string{"edge", "result"})
+	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_failovers_total",
+		Help: "TenantRoutes whose active edge moved because of health, by from and to edge.",
+	}, []string{"from", "to"})
+	failoverRewriteSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantroute_failover_rewrite_seconds",
+		Help:    "Time from an edge health change to every record it changed being applied, by edge.",
+		Buckets: prometheus.ExponentialBuckets(0.1, 2, 10),
+	}, []string{"edge"})
 	reconcileOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantroute_reconcile_outcomes_total",
 		Help: "TenantRoute reconciles by outcome: ready, pending, conflict, provider_error, deleted, error.",
@@ -25,7 +45,8 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes)
+	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
+		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds)
 }
 
 // observeProvider returns the hook that counts one EdgeProvider's API requests.
@@ -36,4 +57,13 @@ func observeProvider(edge string) func(operation, code string) {
 			providerErrors.WithLabelValues(edge, operation, code).Inc()
 		}
 	}
+}
+
+// observeProbe records one health probe.
+func observeProbe(edgeName string, p edge.Probe) {
+	result := "success"
+	if !p.OK {
+		result = "failure"
+	}
+	probeSeconds.WithLabelValues(edgeName, result).Observe(p.Latency.Seconds())
 }

@@ -8,6 +8,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
@@ -43,16 +44,29 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	o.Queue.Resync = o.ZoneResync
 	accounts := NewAccounts(ctx)
+	recorder := mgr.GetEventRecorder("tenantroute-operator")
+	monitor := edge.NewMonitor()
 	routes := &TenantRouteReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tenantroute-operator"), Accounts: accounts,
+		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Monitor: monitor, rewrites: &rewriteTracker{},
+	}
+	failover := NewFailover()
+	failover.Client, failover.Recorder, failover.Routes, failover.Accounts, failover.Monitor = mgr.GetClient(), recorder, routes, accounts, monitor
+	monitor.OnTransition = failover.OnTransition
+	monitor.OnProbe = observeProbe
+	if err := mgr.Add(monitor); err != nil {
+		return fmt.Errorf("adding the edge monitor: %w", err)
+	}
+	if err := mgr.Add(failover); err != nil {
+		return fmt.Errorf("adding the failover handler: %w", err)
 	}
 	accounts.ready = routes.edgeReady
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TenantRoute controller: %w", err)
 	}
 	edges := &EdgeProviderReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tenantroute-operator"), Accounts: accounts,
+		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts, Monitor: monitor,
 		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: routes.notify,
 		Revalidate: o.Revalidate,
 	}

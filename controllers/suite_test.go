@@ -3,9 +3,11 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,8 +75,11 @@ type operator struct {
 	r53URL, r53Zone string
 	cfEdge, awsEdge string
 	region          string
-	queue           zonequeue.Options
-	stopManager     func()
+	// cfUp and awsUp switch the edges' health endpoints between 200 and 503.
+	cfUp, awsUp       *atomic.Bool
+	cfProbe, awsProbe string
+	queue             zonequeue.Options
+	stopManager       func()
 }
 
 func newOperator(t *testing.T, id string) *operator {
@@ -84,6 +89,8 @@ func newOperator(t *testing.T, id string) *operator {
 	cfSrv := httptest.NewServer(o.cf)
 	t.Cleanup(cfSrv.Close)
 	o.cfURL, o.cfZone = cfSrv.URL+"/client/v4/", o.cf.AddZone(zoneName)
+	o.cfUp, o.cfProbe = healthServer(t)
+	o.awsUp, o.awsProbe = healthServer(t)
 	o.r53 = r53emulator.New(awsKeyID, awsSecret)
 	r53Srv := httptest.NewServer(o.r53)
 	t.Cleanup(r53Srv.Close)
@@ -101,7 +108,7 @@ func newOperator(t *testing.T, id string) *operator {
 		Zones:       []v1.Zone{{Name: zoneName}},
 		Route53:     &v1.Route53Provider{Endpoint: o.r53URL, CredentialsSecretRef: &v1.SecretReference{Name: "aws-credentials"}},
 		Edge:        v1.EdgeTarget{Target: awsEdgeTarget},
-		HealthCheck: healthCheck(),
+		HealthCheck: healthCheck(o.awsProbe),
 	}})
 	return o
 }
@@ -116,13 +123,35 @@ func (o *operator) cloudflareEdge() *v1.EdgeProvider {
 		Zones:       []v1.Zone{{Name: zoneName}},
 		Cloudflare:  &v1.CloudflareProvider{APITokenSecretRef: v1.SecretKeyReference{Name: "cloudflare-token", Key: "token"}, BaseURL: o.cfURL},
 		Edge:        v1.EdgeTarget{Target: "{{ .Hostname }}.cdn.cloudflare.net"},
-		HealthCheck: healthCheck(),
+		HealthCheck: healthCheck(o.cfProbe),
 	}}
 }
 
-func healthCheck() v1.HealthCheck {
-	return v1.HealthCheck{URL: "http://127.0.0.1:1/healthz", Interval: metav1.Duration{Duration: 5 * time.Second},
-		Timeout: metav1.Duration{Duration: 2 * time.Second}, FailureThreshold: 3, SuccessThreshold: 2}
+// healthCheck probes every second: failover within about 3 s of an edge going down,
+// failback 2 s after it comes back.
+func healthCheck(url string) v1.HealthCheck {
+	return v1.HealthCheck{URL: url, Interval: metav1.Duration{Duration: time.Second},
+		Timeout: metav1.Duration{Duration: 500 * time.Millisecond}, FailureThreshold: 3, SuccessThreshold: 2,
+		FailbackHoldDown: metav1.Duration{Duration: 2 * time.Second}}
+}
+
+// healthServer is an edge's health endpoint; the switch starts on. Requests to
+// /flapping answer up and down in turn, whatever the switch.
+func healthServer(t *testing.T) (*atomic.Bool, string) {
+	up := &atomic.Bool{}
+	up.Store(true)
+	var flips atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		healthy := up.Load()
+		if r.URL.Path == "/flapping" {
+			healthy = flips.Add(1)%2 == 0
+		}
+		if !healthy {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return up, srv.URL + "/healthz"
 }
 
 func (o *operator) meta(name string) metav1.ObjectMeta {

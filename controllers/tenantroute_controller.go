@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
@@ -39,6 +41,10 @@ type TenantRouteReconciler struct {
 	Instance string
 	// MaxConcurrentReconciles; reconciles only declare records, the queues apply them.
 	MaxConcurrentReconciles int
+	// Monitor probes the edges; nil leaves health to the EdgeProviders' status.
+	Monitor *edge.Monitor
+	// rewrites observes failovers until their records are rewritten.
+	rewrites *rewriteTracker
 
 	owners sync.Map // owner key -> types.NamespacedName
 	events chan event.GenericEvent
@@ -74,26 +80,60 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, route, before.Status, route.Status))
 	}()
 
-	edges, err := r.edgeProviders(ctx, route)
+	plan, err := r.planRoute(ctx, route)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	held, lost, err := r.claimHostnames(ctx, route)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	regionErr := r.checkRegion(ctx, route)
-	active, reason := ActiveEdge(route, edges)
-	zones, custom := Desired(route, held, edges, active)
-	states := r.declareRecords(route, owner, zones, edges)
-	report := r.updateStatus(route, statusInput{
-		active: active, reason: reason, lost: lost, states: states, custom: custom, regionErr: regionErr,
-	})
+	states := r.declareRecords(route, owner, plan.zones, plan.edges, nil)
+	report := r.updateStatus(route, plan, states)
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
 	if report.rejected != nil {
 		return ctrl.Result{}, report.rejected
 	}
 	return report.result, nil
+}
+
+// routePlan is what a route wants, computed from the cache without writing anything.
+type routePlan struct {
+	edges     map[string]*v1.EdgeProvider
+	lost      []lostHostname
+	active    string
+	reason    ActiveEdgeReason
+	zones     []ZoneRecords
+	custom    []v1.CustomDomainStatus
+	regionErr error
+}
+
+// planRoute claims the route's hostnames, chooses its active edge and computes its
+// records. It reads only the cache, so a failover can plan thousands of routes at once.
+func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantRoute) (*routePlan, error) {
+	edges, err := r.edgeProviders(ctx, route)
+	if err != nil {
+		return nil, err
+	}
+	held, lost, err := r.claimHostnames(ctx, route)
+	if err != nil {
+		return nil, err
+	}
+	p := &routePlan{edges: edges, lost: lost, regionErr: r.checkRegion(ctx, route)}
+	p.active, p.reason = ActiveEdge(route, edges, r.health)
+	p.zones, p.custom = Desired(route, held, edges, p.active)
+	return p, nil
+}
+
+// health is an edge's health: the leader's own probes when they have decided, else
+// what the EdgeProvider's status last said (a new leader inherits its predecessor's
+// view until its probes decide).
+func (r *TenantRouteReconciler) health(ep *v1.EdgeProvider) Health {
+	if r.Monitor != nil {
+		switch state, _ := r.Monitor.Health(ep.Name); state {
+		case edge.Healthy:
+			return Healthy
+		case edge.Unhealthy:
+			return Unhealthy
+		}
+	}
+	return EdgeHealth(ep)
 }
 
 func (r *TenantRouteReconciler) ownerOf(route *v1.TenantRoute) string {
@@ -129,8 +169,11 @@ func (r *TenantRouteReconciler) checkRegion(ctx context.Context, route *v1.Tenan
 
 // notify is called by the apply queues when an owner's outcome in a zone changes: it
 // counts records, reports applied changes as an event and reconciles the route.
-func (r *TenantRouteReconciler) notify(edge, zone, owner string, o zonequeue.Outcome) {
-	r.Accounts.countRecords(edge, zone, owner, o.Records)
+func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue.Outcome) {
+	r.Accounts.countRecords(edgeName, zone, owner, o.Records)
+	if r.rewrites != nil {
+		r.rewrites.outcome(edgeName, zone, owner, o)
+	}
 	v, ok := r.owners.Load(owner)
 	if !ok {
 		return
@@ -140,7 +183,7 @@ func (r *TenantRouteReconciler) notify(edge, zone, owner string, o zonequeue.Out
 	if err := r.Get(context.Background(), key, route); err == nil && len(o.Applied) > 0 {
 		created, updated, deleted := countActions(o.Applied)
 		r.Recorder.Eventf(route, nil, "Normal", "RecordsChanged", "ApplyRecords",
-			"%s zone %s: created %d, updated %d, deleted %d record sets", edge, zone, created, updated, deleted)
+			"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
 	}
 	r.enqueue(key)
 }
@@ -183,12 +226,30 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.TenantRoute{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1.TenantRoute{}, sharedHostnames(r.Client)).
-		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexEdges))).
+		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexEdges)),
+			builder.WithPredicates(edgeProviderChanged())).
 		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexRegion))).
 		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named("tenantroute").
 		Complete(r)
+}
+
+// edgeProviderChanged passes EdgeProvider changes that can matter to its routes: spec
+// and conditions, not the heartbeat of its last probe.
+func edgeProviderChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.EdgeProvider), e.ObjectNew.(*v1.EdgeProvider)
+		if o.Generation != n.Generation || len(o.Status.Conditions) != len(n.Status.Conditions) {
+			return true
+		}
+		for _, c := range n.Status.Conditions {
+			if old := meta.FindStatusCondition(o.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
+				return true
+			}
+		}
+		return false
+	}}
 }
 
 // edgesOf are the EdgeProviders a route lists now or has records in.

@@ -63,8 +63,9 @@ func changeKind(c providers.Change) string {
 // declareRecords hands the route's desired records to the apply queue of every zone
 // and folds the outcomes per EdgeProvider. EdgeProviders the route no longer lists
 // but has records in get an empty desire, which deletes them.
+// onPending, if set, is told of each zone where the desire is not applied yet.
 func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, zones []ZoneRecords,
-	edges map[string]*v1.EdgeProvider) []*edgeState {
+	edges map[string]*v1.EdgeProvider, onPending func(edge, zone, owner string)) []*edgeState {
 	byEdge := map[string]*edgeState{}
 	var states []*edgeState
 	state := func(edge string) *edgeState {
@@ -83,7 +84,9 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		}
 	}
 	for _, zr := range zones {
-		r.desire(state(zr.Edge), zr.Zone, owner, zr.Records)
+		if out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records); ok && !out.Synced && onPending != nil {
+			onPending(zr.Edge, zr.Zone, owner)
+		}
 	}
 	for _, p := range route.Status.Providers {
 		if slices.Contains(route.Spec.Edges, p.Edge) {
@@ -101,20 +104,24 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 	return states
 }
 
-func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record) {
+// desire hands records to a zone's queue and folds the outcome into s; ok is false
+// when the zone has no queue.
+func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record) (zonequeue.Outcome, bool) {
 	acct := r.Accounts.Get(s.edge)
 	if acct == nil {
 		if !slices.ContainsFunc(s.errs, func(e string) bool { return strings.Contains(e, "not ready") }) {
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready (see its CredentialsReady and ZonesReady conditions)", s.edge))
 		}
-		return
+		return zonequeue.Outcome{}, false
 	}
 	q, ok := acct.Queues[zone]
 	if !ok {
 		if len(records) > 0 {
 			s.errs = append(s.errs, fmt.Sprintf("zone %s of EdgeProvider %s is not ready (see its ZonesReady condition)", zone, s.edge))
 		}
-		return
+		return zonequeue.Outcome{}, false
 	}
-	s.add(zone, q.Desire(owner, records))
+	out := q.Desire(owner, records)
+	s.add(zone, out)
+	return out, true
 }

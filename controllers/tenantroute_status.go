@@ -26,15 +26,6 @@ const (
 	ReasonProviderRecovery = "ProviderRecovered"
 )
 
-type statusInput struct {
-	active    string
-	reason    ActiveEdgeReason
-	lost      []lostHostname
-	states    []*edgeState
-	custom    []v1.CustomDomainStatus
-	regionErr error
-}
-
 type statusReport struct {
 	outcome  string
 	result   ctrl.Result
@@ -43,17 +34,17 @@ type statusReport struct {
 
 // updateStatus writes what the reconcile found into the route's status and emits the
 // events of its transitions.
-func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in statusInput) statusReport {
+func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePlan, states []*edgeState) statusReport {
 	previous := map[string]v1.RecordState{}
 	for _, p := range route.Status.Providers {
 		previous[p.Edge] = p.State
 	}
-	route.Status.ActiveEdge = in.active
+	r.reportActiveEdge(route, in)
 	route.Status.CustomDomains = in.custom
 
 	var providersStatus []v1.ProviderRecordStatus
 	var failing, pending, conflicts, rejected []string
-	for _, s := range in.states {
+	for _, s := range states {
 		state, message := s.state()
 		if s.removing && state == v1.RecordsSynced && s.records == 0 {
 			continue // its records are gone: it drops out of status
@@ -86,7 +77,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in statusInp
 			Message: message, ObservedGeneration: gen})
 	}
 
-	oldConflict := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionConflict)
+	oldConflict := previousCondition(route.Status.Conditions, v1.ConditionConflict)
 	if len(conflicts) > 0 {
 		message := strings.Join(conflicts, "; ")
 		set(v1.ConditionConflict, metav1.ConditionTrue, ReasonConflict, message)
@@ -107,7 +98,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in statusInp
 	}
 
 	report := statusReport{outcome: "ready"}
-	oldReady := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady)
+	oldReady := previousCondition(route.Status.Conditions, v1.ConditionReady)
 	switch {
 	case len(failing) > 0:
 		set(v1.ConditionReady, metav1.ConditionFalse, ReasonProviderError, "records are failing in "+strings.Join(failing, "; "))
@@ -150,4 +141,14 @@ func countActions(changes []providers.Change) (created, updated, deleted int) {
 		}
 	}
 	return
+}
+
+// previousCondition copies a condition before meta.SetStatusCondition changes it in
+// place, so that a transition can be told from no change.
+func previousCondition(conds []metav1.Condition, typ string) *metav1.Condition {
+	if c := meta.FindStatusCondition(conds, typ); c != nil {
+		prev := *c
+		return &prev
+	}
+	return nil
 }

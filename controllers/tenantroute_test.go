@@ -280,7 +280,10 @@ func TestMissingCredentialSecret(t *testing.T) {
 		if err := expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, ""); err != nil {
 			return err
 		}
-		return expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionTrue, "")
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionTrue, ""); err != nil {
+			return err
+		}
+		return expectEvent(ep, "EdgeProvider", controllers.ReasonCredentialsAccepted, "accepted")
 	})
 	if len(ep.Status.Zones) != 1 || ep.Status.Zones[0].ID != o.cfZone {
 		t.Errorf("resolved zones %+v, want %s", ep.Status.Zones, o.cfZone)

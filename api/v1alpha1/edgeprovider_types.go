@@ -226,6 +226,14 @@ type HealthCheck struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10
 	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+
+	// failbackHoldDown is how long an unhealthy edge must pass every probe before it
+	// counts as healthy again and traffic fails back to it, so that a flapping edge
+	// cannot move traffic back and forth.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="spec.healthCheck.failbackHoldDown must be between 0s and 24h"
+	FailbackHoldDown metav1.Duration `json:"failbackHoldDown,omitempty"`
 }
 
 // EdgeProviderStatus is the observed state of an EdgeProvider.
@@ -244,11 +252,35 @@ type EdgeProviderStatus struct {
 	// +listMapKey=name
 	Zones []ZoneStatus `json:"zones,omitempty"`
 
+	// lastProbe is the result of a recent health probe, written when health changes and
+	// at a slow heartbeat, not after every probe.
+	// +optional
+	LastProbe *ProbeResult `json:"lastProbe,omitempty"`
+
 	// conditions: CredentialsReady, ZonesReady, Healthy.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ProbeResult is the result of one health probe.
+type ProbeResult struct {
+	// time the probe was sent.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// success: a 2xx or 3xx answer within the timeout.
+	// +required
+	Success bool `json:"success"`
+
+	// latencyMilliseconds until the answer (or the failure).
+	// +optional
+	LatencyMilliseconds int64 `json:"latencyMilliseconds,omitempty"`
+
+	// message is the answer's status line or the error.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ZoneStatus is a zone as resolved at the provider.

@@ -98,6 +98,7 @@ type Queue struct {
 	owners      map[string]*owner
 	firstDirty  time.Time
 	lastDesired time.Time
+	expedite    bool
 	wake        chan struct{}
 }
 
@@ -142,6 +143,18 @@ func (q *Queue) Desire(ownerKey string, desired []providers.Record) Outcome {
 	o.outcome.Synced = false
 	q.markDirty(o)
 	return o.outcome
+}
+
+// Expedite flushes every pending owner now, without waiting for the stream of desires
+// to pause: a failover has declared all it will.
+func (q *Queue) Expedite() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.expedite = true
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Forget drops an owner whose records are gone.
@@ -214,6 +227,9 @@ func (q *Queue) untilFlush() time.Duration {
 	if q.firstDirty.IsZero() {
 		return 24 * time.Hour
 	}
+	if q.expedite {
+		return 0
+	}
 	now := time.Now()
 	quiet := q.lastDesired.Add(q.opts.Quiet).Sub(now)
 	maxWait := q.firstDirty.Add(q.opts.MaxWait).Sub(now)
@@ -224,7 +240,7 @@ func (q *Queue) untilFlush() time.Duration {
 func (q *Queue) due() (quiet, due bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return time.Since(q.lastDesired) >= q.opts.Quiet, !q.firstDirty.IsZero()
+	return q.expedite || time.Since(q.lastDesired) >= q.opts.Quiet, !q.firstDirty.IsZero()
 }
 
 // recheckContested re-plans owners whose records are held by others or were rejected.
@@ -254,6 +270,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		}
 	}
 	q.firstDirty = time.Time{}
+	q.expedite = false
 	q.mu.Unlock()
 	if len(batch) == 0 {
 		return nil

@@ -1,0 +1,360 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/edge"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+)
+
+// Reasons of the health and failover conditions and events.
+const (
+	ReasonProbeSucceeded    = "ProbeSucceeded"
+	ReasonProbeFailed       = "ProbeFailed"
+	ReasonNotProbed         = "NotProbedYet"
+	ReasonEdgeFailedOver    = "FailedOver"
+	ReasonEdgeFailedBack    = "FailedBack"
+	ReasonActiveEdgeChanged = "ActiveEdgeChanged"
+	ReasonEdgeUnhealthy     = "EdgeUnhealthy"
+	ReasonFailStaticEvent   = "FailStatic"
+)
+
+// Failover turns edge health transitions into record rewrites. On a transition it
+// plans every TenantRoute of the edge from the cache at once, hands their records to
+// the apply queues and has the queues flush immediately, before any status is
+// written: records move at the providers' pace, not the API server's. The routes'
+// reconciles then report the move (conditions, events) at their own pace.
+type Failover struct {
+	client.Client
+	Recorder events.EventRecorder
+	Routes   *TenantRouteReconciler
+	Accounts *Accounts
+	Monitor  *edge.Monitor
+	// Heartbeat is how often each EdgeProvider's last probe is written to its status
+	// when its health does not change.
+	Heartbeat time.Duration
+
+	transitions chan edge.Transition
+}
+
+// NewFailover returns the failover handler; it runs as a leader-elected runnable.
+func NewFailover() *Failover {
+	return &Failover{transitions: make(chan edge.Transition, 256), Heartbeat: 5 * time.Minute}
+}
+
+// OnTransition is the Monitor's callback.
+func (f *Failover) OnTransition(t edge.Transition) { f.transitions <- t }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (f *Failover) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: transitions are handled one at a time, in order.
+func (f *Failover) Start(ctx context.Context) error {
+	heartbeat := time.NewTicker(f.Heartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case t := <-f.transitions:
+			f.handle(ctx, t)
+		case <-heartbeat.C:
+			f.heartbeat(ctx)
+		}
+	}
+}
+
+func (f *Failover) handle(ctx context.Context, t edge.Transition) {
+	logger := log.FromContext(ctx).WithValues("edge", t.Edge, "from", t.From, "to", t.To)
+	edgeHealthGauge.WithLabelValues(t.Edge).Set(healthValue(t.To))
+	rw := f.Routes.rewrites.begin(t.Edge, time.Now())
+	routes, moved := f.rewrite(ctx, t.Edge, rw)
+	rw.started()
+	logger.Info("edge health changed", "tenantRoutes", len(routes), "moved", moved, "probe", t.Probe.Message)
+
+	if err := f.writeHealth(ctx, t.Edge, t.To, t.Probe); err != nil {
+		logger.Error(err, "writing the EdgeProvider's health")
+	}
+	ep := &v1.EdgeProvider{}
+	if err := f.Get(ctx, client.ObjectKey{Name: t.Edge}, ep); err == nil {
+		switch {
+		case t.To == edge.Unhealthy:
+			f.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "HealthCheck",
+				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge", t.Probe.Message, moved, len(routes))
+		case t.From == edge.Unhealthy:
+			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "HealthCheck",
+				"edge is healthy again (%s): %d of its %d TenantRoutes move back", t.Probe.Message, moved, len(routes))
+		default:
+			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, string(t.To), "HealthCheck", "edge is %s (%s)", t.To, t.Probe.Message)
+		}
+	}
+	for _, key := range routes {
+		f.Routes.enqueue(key)
+	}
+}
+
+// rewrite declares the records of every TenantRoute that lists the edge, as its new
+// health dictates, and flushes the queues; it returns the routes and how many of them
+// change active edge.
+func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([]client.ObjectKey, int) {
+	var routes v1.TenantRouteList
+	if err := f.List(ctx, &routes, client.MatchingFields{indexEdges: edgeName}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the TenantRoutes of an edge", "edge", edgeName)
+		return nil, 0
+	}
+	var keys []client.ObjectKey
+	moved := 0
+	for i := range routes.Items {
+		route := &routes.Items[i]
+		keys = append(keys, client.ObjectKeyFromObject(route))
+		if !route.DeletionTimestamp.IsZero() {
+			continue
+		}
+		plan, err := f.Routes.planRoute(ctx, route)
+		if err != nil {
+			continue // its reconcile reports it
+		}
+		if plan.active != route.Status.ActiveEdge {
+			moved++
+		}
+		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan.zones, plan.edges, rw.add)
+	}
+	f.Accounts.expediteAll()
+	return keys, moved
+}
+
+// writeHealth sets the EdgeProvider's Healthy condition and last probe.
+func (f *Failover) writeHealth(ctx context.Context, name string, state edge.State, p edge.Probe) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ep := &v1.EdgeProvider{}
+		if err := f.Get(ctx, client.ObjectKey{Name: name}, ep); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		before := ep.DeepCopy()
+		setHealth(ep, state, p)
+		return f.Status().Patch(ctx, ep, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	})
+}
+
+func setHealth(ep *v1.EdgeProvider, state edge.State, p edge.Probe) {
+	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: p.Message}
+	switch state {
+	case edge.Healthy:
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonProbeSucceeded
+	case edge.Unhealthy:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProbeFailed
+	default:
+		cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonNotProbed
+		if cond.Message == "" {
+			cond.Message = "no health decision yet"
+		}
+	}
+	meta.SetStatusCondition(&ep.Status.Conditions, cond)
+	if !p.At.IsZero() {
+		ep.Status.LastProbe = &v1.ProbeResult{Time: metav1.NewTime(p.At), Success: p.OK,
+			LatencyMilliseconds: p.Latency.Milliseconds(), Message: p.Message}
+	}
+}
+
+// heartbeat refreshes every probed EdgeProvider's last probe.
+func (f *Failover) heartbeat(ctx context.Context) {
+	var list v1.EdgeProviderList
+	if err := f.List(ctx, &list); err != nil {
+		return
+	}
+	for _, ep := range list.Items {
+		if state, probe := f.Monitor.Health(ep.Name); !probe.At.IsZero() {
+			if err := f.writeHealth(ctx, ep.Name, state, probe); err != nil {
+				log.FromContext(ctx).Error(err, "heartbeat", "edge", ep.Name)
+			}
+		}
+	}
+}
+
+func healthValue(s edge.State) float64 {
+	switch s {
+	case edge.Healthy:
+		return 1
+	case edge.Unhealthy:
+		return 0
+	}
+	return -1
+}
+
+// rewriteTracker times failovers: from the health decision until every record it
+// changed is applied.
+type rewriteTracker struct {
+	mu     sync.Mutex
+	active []*rewrite
+}
+
+type rewrite struct {
+	tracker *rewriteTracker
+	edge    string
+	start   time.Time
+	pending map[string]bool
+	open    bool // still being declared
+}
+
+func (t *rewriteTracker) begin(edge string, start time.Time) *rewrite {
+	rw := &rewrite{tracker: t, edge: edge, start: start, pending: map[string]bool{}, open: true}
+	t.mu.Lock()
+	t.active = append(t.active, rw)
+	t.mu.Unlock()
+	return rw
+}
+
+// add counts a queue owner whose records the failover changed.
+func (rw *rewrite) add(edgeName, zone, owner string) {
+	rw.tracker.mu.Lock()
+	defer rw.tracker.mu.Unlock()
+	rw.pending[edgeName+"\x00"+zone+"\x00"+owner] = true
+}
+
+// started closes the declaration; the rewrite completes when nothing is pending.
+func (rw *rewrite) started() {
+	rw.tracker.mu.Lock()
+	defer rw.tracker.mu.Unlock()
+	rw.open = false
+	rw.tracker.sweep()
+}
+
+func (t *rewriteTracker) outcome(edgeName, zone, owner string, o zonequeue.Outcome) {
+	if !o.Synced || o.Err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, rw := range t.active {
+		delete(rw.pending, edgeName+"\x00"+zone+"\x00"+owner)
+	}
+	t.sweep()
+}
+
+// sweep observes and drops finished rewrites; t.mu must be held.
+func (t *rewriteTracker) sweep() {
+	kept := t.active[:0]
+	for _, rw := range t.active {
+		if rw.open || len(rw.pending) > 0 {
+			kept = append(kept, rw)
+			continue
+		}
+		if rw.start.IsZero() {
+			continue
+		}
+		failoverRewriteSeconds.WithLabelValues(rw.edge).Observe(time.Since(rw.start).Seconds())
+	}
+	t.active = kept
+}
+
+// checkOf is how the Monitor probes an EdgeProvider.
+func checkOf(ep *v1.EdgeProvider) edge.Check {
+	hc := ep.Spec.HealthCheck
+	c := edge.Check{URL: hc.URL, HostHeader: hc.HostHeader, Interval: hc.Interval.Duration, Timeout: hc.Timeout.Duration,
+		FailureThreshold: int(hc.FailureThreshold), SuccessThreshold: int(hc.SuccessThreshold), HoldDown: hc.FailbackHoldDown.Duration}
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.Timeout <= 0 || c.Timeout >= c.Interval {
+		c.Timeout = min(2*time.Second, c.Interval/2)
+	}
+	return c
+}
+
+// reportActiveEdge records the route's active edge and, when it moved, why: a Warning
+// FailedOver event when its edge became unhealthy, a Normal FailedBack event when it
+// returned to its preferred edge. It sets FailedOver and EdgeHealthy.
+func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *routePlan) {
+	old := route.Status.ActiveEdge
+	route.Status.ActiveEdge = plan.active
+	gen := route.Generation
+	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: message, ObservedGeneration: gen})
+	}
+	if len(route.Spec.Edges) == 0 || plan.active == "" {
+		return
+	}
+	preferred := route.Spec.Edges[0]
+	why := func(name string) string {
+		if ep, ok := plan.edges[name]; !ok {
+			return name + " does not exist"
+		} else if r.health(ep) == Unhealthy {
+			return name + " is unhealthy" + r.probeNote(name)
+		}
+		return name + " is healthy"
+	}
+
+	if old != "" && old != plan.active {
+		now := metav1.Now()
+		switch {
+		case plan.reason == ReasonFailedOver && !r.edgeUsable(plan, old):
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "Failover",
+				"traffic moved from %s to %s: %s", old, plan.active, why(old))
+			route.Status.LastFailoverTime = &now
+			failovers.WithLabelValues(old, plan.active).Inc()
+		case plan.reason == ReasonPreferred && plan.active == preferred:
+			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "Failover",
+				"traffic moved back from %s to %s: %s", old, plan.active, why(plan.active))
+			route.Status.LastFailoverTime = &now
+			failovers.WithLabelValues(old, plan.active).Inc()
+		default:
+			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonActiveEdgeChanged, "Failover",
+				"active edge changed from %s to %s (%s)", old, plan.active, plan.reason)
+		}
+	}
+
+	switch {
+	case plan.reason == ReasonPinned:
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinned), "failover.mode is Manual: traffic stays on "+plan.active)
+	case plan.active != preferred:
+		set(v1.ConditionFailedOver, metav1.ConditionTrue, ReasonEdgeFailedOver,
+			fmt.Sprintf("traffic is on %s because %s", plan.active, why(preferred)))
+	default:
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPreferred), "traffic is on the preferred edge "+preferred)
+	}
+
+	oldHealthy := previousCondition(route.Status.Conditions, v1.ConditionEdgeHealthy)
+	switch h := r.health(plan.edges[plan.active]); {
+	case plan.reason == ReasonFailStatic:
+		message := fmt.Sprintf("no edge is healthy: records stay on %s (fail static)", plan.active)
+		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonFailStaticEvent, message)
+		if oldHealthy == nil || oldHealthy.Reason != ReasonFailStaticEvent {
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonFailStaticEvent, "Failover", "%s", message)
+		}
+	case h == Healthy:
+		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, plan.active+" passes its health check")
+	case h == Unhealthy:
+		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonEdgeUnhealthy, why(plan.active))
+	default:
+		set(v1.ConditionEdgeHealthy, metav1.ConditionUnknown, ReasonNotProbed, plan.active+" has not been probed yet")
+	}
+}
+
+// edgeUsable reports whether an edge exists and is not unhealthy.
+func (r *TenantRouteReconciler) edgeUsable(plan *routePlan, name string) bool {
+	ep, ok := plan.edges[name]
+	return ok && r.health(ep) != Unhealthy
+}
+
+func (r *TenantRouteReconciler) probeNote(name string) string {
+	if r.Monitor == nil {
+		return ""
+	}
+	if _, p := r.Monitor.Health(name); p.Message != "" {
+		return " (" + p.Message + ")"
+	}
+	return ""
+}

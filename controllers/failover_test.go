@@ -1,0 +1,249 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
+)
+
+const awsActive = "CNAME " + awsEdgeTarget
+
+// pointAt checks that every hostname's records, in both providers, point at the edge.
+func (o *operator) pointAt(edgeTarget func(hostname string) (cf, r53 string), hostnames ...string) error {
+	cf, r53 := o.cfRecords(), o.r53Records()
+	for _, h := range hostnames {
+		wantCF, wantR53 := edgeTarget(h)
+		if !slices.Equal(cf[h], []string{wantCF}) {
+			return fmt.Errorf("cloudflare %s: %v, want %s", h, cf[h], wantCF)
+		}
+		if !slices.Equal(r53[h], []string{wantR53}) {
+			return fmt.Errorf("route53 %s: %v, want %s", h, r53[h], wantR53)
+		}
+	}
+	return nil
+}
+
+func onCloudflare(h string) (string, string) { return cfActive(h), r53Active(h) }
+func onAWS(string) (string, string)          { return awsActive, awsActive + "." }
+
+func (o *operator) waitReady(names ...string) {
+	o.t.Helper()
+	eventually(o.t, 30*time.Second, func() error {
+		for _, name := range names {
+			if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, ""); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (o *operator) waitHealth(edgeName string, status metav1.ConditionStatus) {
+	o.t.Helper()
+	eventually(o.t, 20*time.Second, func() error {
+		ep := &v1.EdgeProvider{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: edgeName}, ep); err != nil {
+			return err
+		}
+		return expectCondition(ep.Status.Conditions, v1.ConditionHealthy, status, "")
+	})
+}
+
+// seriesCount is how many times an event recurred (the events API folds repeats).
+func seriesCount(e eventsv1.Event) int32 {
+	if e.Series != nil {
+		return e.Series.Count
+	}
+	return 1
+}
+
+func histogramCount(t *testing.T, name, edgeName string) uint64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "edge" && l.GetValue() == edgeName {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func countEvents(obj client.Object, kind, reason string) int {
+	obj.GetObjectKind().SetGroupVersionKind(v1.GroupVersion.WithKind(kind))
+	n := 0
+	for _, e := range eventsFor(obj) {
+		if e.Reason == reason {
+			n += max(1, int(seriesCount(e)))
+		}
+	}
+	return n
+}
+
+func TestFailoverAndFailback(t *testing.T) {
+	o := newOperator(t, "failover")
+	o.start()
+	hosts := []string{"a.auth.example.com", "b.auth.example.com", "c.auth.example.com"}
+	for i, h := range hosts {
+		o.create(o.route(fmt.Sprintf("r%d", i), h))
+	}
+	o.waitReady("r0", "r1", "r2")
+	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
+	if err := o.pointAt(onCloudflare, hosts...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The Cloudflare edge goes down: 3 failed probes a second apart, then one apply.
+	down := time.Now()
+	o.cfUp.Store(false)
+	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, hosts...) })
+	t.Logf("records in both providers on the AWS edge %s after the Cloudflare edge went down", time.Since(down).Round(10*time.Millisecond))
+	if took := time.Since(down); took > 3*time.Second+3*time.Second {
+		t.Errorf("failover took %s, want within failureThreshold x interval (3 s) plus an apply", took)
+	}
+	eventually(t, 10*time.Second, func() error {
+		for _, name := range []string{"r0", "r1", "r2"} {
+			tr := o.get(name)
+			if tr.Status.ActiveEdge != o.awsEdge || tr.Status.LastFailoverTime == nil {
+				return fmt.Errorf("%s: active %s, lastFailoverTime %v", name, tr.Status.ActiveEdge, tr.Status.LastFailoverTime)
+			}
+			if err := expectCondition(tr.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionTrue, controllers.ReasonEdgeFailedOver); err != nil {
+				return err
+			}
+			if err := expectEvent(tr, "TenantRoute", controllers.ReasonEdgeFailedOver, "from "+o.cfEdge+" to "+o.awsEdge); err != nil {
+				return err
+			}
+		}
+		ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
+		return expectEvent(ep, "EdgeProvider", controllers.ReasonEdgeFailedOver, "3 of its 3 TenantRoutes")
+	})
+
+	// It recovers: after 2 good probes and the 2 s hold-down, traffic fails back, once.
+	o.cfUp.Store(true)
+	up := time.Now()
+	eventually(t, 20*time.Second, func() error { return o.pointAt(onCloudflare, hosts...) })
+	if took := time.Since(up); took < 2*time.Second {
+		t.Errorf("failed back after %s, before the hold-down", took)
+	}
+	eventually(t, 10*time.Second, func() error {
+		tr := o.get("r0")
+		if err := expectCondition(tr.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, ""); err != nil {
+			return err
+		}
+		return expectEvent(tr, "TenantRoute", controllers.ReasonEdgeFailedBack, "back from "+o.awsEdge+" to "+o.cfEdge)
+	})
+	time.Sleep(3 * time.Second) // a second failback would come within a few probes
+	for _, name := range []string{"r0", "r1", "r2"} {
+		tr := o.get(name)
+		if n := countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedBack); n != 1 {
+			t.Errorf("%s: %d FailedBack events, want 1", name, n)
+		}
+		if n := countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedOver); n != 1 {
+			t.Errorf("%s: %d FailedOver events, want 1", name, n)
+		}
+	}
+	if n := histogramCount(t, "tenantroute_failover_rewrite_seconds", o.cfEdge); n < 2 {
+		t.Errorf("tenantroute_failover_rewrite_seconds observed %d rewrites of %s, want the failover and the failback", n, o.cfEdge)
+	}
+}
+
+func TestFlappingEdgeCausesNoRewrites(t *testing.T) {
+	o := newOperator(t, "flapping")
+	o.start()
+	o.create(o.route("r0", "a.auth.example.com"))
+	o.waitReady("r0")
+	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
+	writes := func() int {
+		return o.cf.Counters()["POST /zones/{id}/dns_records/batch"] + o.r53.Counters()["POST /2013-04-01/hostedzone/{Id}/rrset"]
+	}
+	before := writes()
+
+	// The health endpoint now answers up and down in turn: never 3 failures in a row.
+	ep := &v1.EdgeProvider{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+		t.Fatal(err)
+	}
+	ep.Spec.HealthCheck.URL = strings.Replace(o.cfProbe, "/healthz", "/flapping", 1)
+	if err := k8s.Update(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // about ten probes
+	if w := writes(); w != before {
+		t.Errorf("a flapping edge caused %d record writes", w-before)
+	}
+	tr := o.get("r0")
+	if tr.Status.ActiveEdge != o.cfEdge || countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedOver) != 0 {
+		t.Errorf("a flapping edge moved traffic: active %s", tr.Status.ActiveEdge)
+	}
+	if err := o.pointAt(onCloudflare, "a.auth.example.com"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBothEdgesDownFailStatic(t *testing.T) {
+	o := newOperator(t, "failstatic")
+	o.start()
+	o.create(o.route("r0", "a.auth.example.com"))
+	o.waitReady("r0")
+	o.awsUp.Store(false)
+	o.waitHealth(o.awsEdge, metav1.ConditionFalse)
+	o.cfUp.Store(false)
+	o.waitHealth(o.cfEdge, metav1.ConditionFalse)
+	eventually(t, 10*time.Second, func() error {
+		tr := o.get("r0")
+		if err := expectCondition(tr.Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, controllers.ReasonFailStaticEvent); err != nil {
+			return err
+		}
+		return expectEvent(tr, "TenantRoute", controllers.ReasonFailStaticEvent, "records stay on "+o.cfEdge)
+	})
+	if err := o.pointAt(onCloudflare, "a.auth.example.com"); err != nil {
+		t.Errorf("records moved although no edge is healthy: %v", err)
+	}
+	if tr := o.get("r0"); tr.Status.ActiveEdge != o.cfEdge {
+		t.Errorf("active edge %s", tr.Status.ActiveEdge)
+	}
+}
+
+func TestManualPinIgnoresHealth(t *testing.T) {
+	o := newOperator(t, "pinned")
+	o.start()
+	tr := o.route("r0", "a.auth.example.com")
+	tr.Spec.Failover = &v1.FailoverPolicy{Mode: v1.FailoverManual, PinnedEdge: o.awsEdge}
+	o.create(tr)
+	o.waitReady("r0")
+	if err := o.pointAt(onAWS, "a.auth.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	o.awsUp.Store(false)
+	o.waitHealth(o.awsEdge, metav1.ConditionFalse)
+	eventually(t, 10*time.Second, func() error {
+		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, controllers.ReasonEdgeUnhealthy)
+	})
+	got := o.get("r0")
+	if err := expectCondition(got.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, string(controllers.ReasonPinned)); err != nil {
+		t.Error(err)
+	}
+	if err := o.pointAt(onAWS, "a.auth.example.com"); err != nil {
+		t.Errorf("a pinned route moved: %v", err)
+	}
+}

@@ -1,0 +1,211 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Check is how one edge is probed.
+type Check struct {
+	URL              string
+	HostHeader       string
+	Interval         time.Duration
+	Timeout          time.Duration
+	FailureThreshold int
+	SuccessThreshold int
+	HoldDown         time.Duration
+}
+
+// Probe is the result of one probe.
+type Probe struct {
+	At      time.Time
+	OK      bool
+	Latency time.Duration
+	// Message says what came back: "200 OK", "503 Service Unavailable", the error.
+	Message string
+}
+
+// Transition is a change of an edge's health.
+type Transition struct {
+	Edge     string
+	From, To State
+	// Probe is the probe that decided it.
+	Probe Probe
+}
+
+// Monitor probes every watched edge on its own schedule, with jitter, and reports
+// transitions. It needs leader election: only the leader acts on health.
+type Monitor struct {
+	// OnTransition is called, from the edge's probing goroutine, on each transition.
+	OnTransition func(Transition)
+	// OnProbe, if set, is called after every probe (metrics).
+	OnProbe func(edge string, p Probe)
+
+	mu      sync.Mutex
+	ctx     context.Context
+	watched map[string]*watch
+	client  *http.Client
+}
+
+type watch struct {
+	check  Check
+	cancel context.CancelFunc
+	state  State
+	last   Probe
+}
+
+// NewMonitor returns a monitor; Start runs it.
+func NewMonitor() *Monitor {
+	return &Monitor{
+		watched: map[string]*watch{},
+		client: &http.Client{
+			// A fresh connection per probe: a probe must see the edge as a new client would.
+			Transport: &http.Transport{
+				DisableKeepAlives: true,
+				DialContext:       (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+				TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
+				Proxy:             http.ProxyFromEnvironment,
+			},
+			// A redirect is an answer: 3xx counts as healthy, it is not followed.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+// Start implements manager.Runnable: probing runs until ctx is done.
+func (m *Monitor) Start(ctx context.Context) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	for name, w := range m.watched {
+		m.run(name, w)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (m *Monitor) NeedLeaderElection() bool { return true }
+
+// Watch probes an edge with check, restarting its probing when the check changed.
+// An edge keeps its health across a change of check.
+func (m *Monitor) Watch(edge string, check Check) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.watched[edge]
+	if ok && w.check == check {
+		return
+	}
+	state := Unknown
+	if ok {
+		w.cancel()
+		state = w.state
+	}
+	w = &watch{check: check, state: state, cancel: func() {}}
+	m.watched[edge] = w
+	if m.ctx != nil {
+		m.run(edge, w)
+	}
+}
+
+// Forget stops probing an edge.
+func (m *Monitor) Forget(edge string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w, ok := m.watched[edge]; ok {
+		w.cancel()
+		delete(m.watched, edge)
+	}
+}
+
+// Health returns an edge's current state and last probe.
+func (m *Monitor) Health(edge string) (State, Probe) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w, ok := m.watched[edge]; ok {
+		return w.state, w.last
+	}
+	return Unknown, Probe{}
+}
+
+// run starts the probing goroutine of w; m.mu must be held.
+func (m *Monitor) run(edge string, w *watch) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	w.cancel = cancel
+	machine := &Machine{FailureThreshold: w.check.FailureThreshold, SuccessThreshold: w.check.SuccessThreshold,
+		HoldDown: w.check.HoldDown, state: w.state}
+	if w.state == Unknown {
+		machine.state = ""
+	}
+	go func() {
+		// Spread the edges' probes over the interval.
+		timer := time.NewTimer(jitter(w.check.Interval))
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			p := m.probe(ctx, w.check)
+			if ctx.Err() != nil {
+				return
+			}
+			from := machine.State()
+			to, changed := machine.Observe(p.OK, p.At)
+			m.mu.Lock()
+			w.state, w.last = to, p
+			m.mu.Unlock()
+			if m.OnProbe != nil {
+				m.OnProbe(edge, p)
+			}
+			if changed && m.OnTransition != nil {
+				m.OnTransition(Transition{Edge: edge, From: from, To: to, Probe: p})
+			}
+			timer.Reset(w.check.Interval + jitter(w.check.Interval/10))
+		}
+	}()
+}
+
+// jitter is a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}
+
+// probe sends one GET; a 2xx or 3xx answer within the timeout is a success.
+func (m *Monitor) probe(ctx context.Context, c Check) Probe {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	start := time.Now()
+	p := Probe{At: start}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+	if err != nil {
+		p.Message = err.Error()
+		return p
+	}
+	if c.HostHeader != "" {
+		req.Host = c.HostHeader
+	}
+	req.Header.Set("User-Agent", "tenantroute-operator/health-check")
+	resp, err := m.client.Do(req)
+	p.Latency = time.Since(start)
+	if err != nil {
+		p.Message = err.Error()
+		return p
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	p.OK = resp.StatusCode >= 200 && resp.StatusCode < 400
+	p.Message = fmt.Sprintf("%s %s", c.URL, resp.Status)
+	return p
+}

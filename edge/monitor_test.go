@@ -1,0 +1,69 @@
+package edge
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestMonitorReportsTransitions(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	var hosts sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts.Store(r.Host, true)
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		http.Redirect(w, r, "/elsewhere", http.StatusFound) // 3xx counts as healthy
+	}))
+	defer srv.Close()
+
+	transitions := make(chan Transition, 10)
+	m := NewMonitor()
+	m.OnTransition = func(tr Transition) { transitions <- tr }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = m.Start(ctx) }()
+	m.Watch("cf", Check{URL: srv.URL + "/healthz", HostHeader: "probe.example.com", Interval: 20 * time.Millisecond,
+		Timeout: 10 * time.Millisecond, FailureThreshold: 3, SuccessThreshold: 2})
+
+	expect := func(from, to State) Transition {
+		t.Helper()
+		select {
+		case tr := <-transitions:
+			if tr.Edge != "cf" || tr.From != from || tr.To != to {
+				t.Fatalf("transition %+v, want %s -> %s", tr, from, to)
+			}
+			return tr
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no transition %s -> %s", from, to)
+		}
+		return Transition{}
+	}
+	expect(Unknown, Healthy)
+	healthy.Store(false)
+	tr := expect(Healthy, Unhealthy)
+	if tr.Probe.OK || tr.Probe.Message == "" {
+		t.Errorf("deciding probe %+v", tr.Probe)
+	}
+	healthy.Store(true)
+	expect(Unhealthy, Healthy)
+	if _, ok := hosts.Load("probe.example.com"); !ok {
+		t.Error("the probe did not send the Host header")
+	}
+
+	// A closed port is a failure, reported with the error.
+	m.Watch("cf", Check{URL: "http://127.0.0.1:1/healthz", Interval: 20 * time.Millisecond, Timeout: 10 * time.Millisecond,
+		FailureThreshold: 1, SuccessThreshold: 1})
+	tr = expect(Healthy, Unhealthy)
+	if state, last := m.Health("cf"); state != Unhealthy || last.Message == "" {
+		t.Errorf("health %s, last probe %+v", state, last)
+	}
+	m.Forget("cf")
+}
