@@ -37,6 +37,8 @@ func main() {
 		leaderElection bool
 		secureMetrics  bool
 		opts           controllers.Options
+		apiQPS         float64
+		apiBurst       int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
@@ -48,6 +50,8 @@ func main() {
 	flag.DurationVar(&opts.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
 	flag.DurationVar(&opts.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
+	flag.Float64Var(&apiQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (client-go's default of 20 would take minutes to report on 10,000 TenantRoutes).")
+	flag.IntVar(&apiBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -58,7 +62,9 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(routingv1alpha1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	restConfig.QPS, restConfig.Burst = float32(apiQPS), apiBurst
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsOptions(metricsAddr, secureMetrics),
 		// Credential Secrets are read only in the operator's namespace, and cached only there.

@@ -30,13 +30,15 @@ type Accounts struct {
 
 	mu     sync.RWMutex
 	byEdge map[string]*Account
-	// records counts owned record sets per edge, zone and owner, for the gauge.
+	// records counts owned record sets per edge, zone and owner, and totals per edge, for
+	// the gauge.
 	records map[string]map[string]int
+	totals  map[string]int
 }
 
 // NewAccounts returns an empty registry; the queues of its accounts run until ctx is done.
 func NewAccounts(ctx context.Context) *Accounts {
-	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}}
+	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}, totals: map[string]int{}}
 }
 
 // Get returns the account of an EdgeProvider, or nil when it is not ready.
@@ -72,6 +74,7 @@ func (a *Accounts) Remove(edge string) {
 	old := a.byEdge[edge]
 	delete(a.byEdge, edge)
 	delete(a.records, edge)
+	delete(a.totals, edge)
 	a.mu.Unlock()
 	if old != nil {
 		old.cancel()
@@ -90,16 +93,13 @@ func (a *Accounts) countRecords(edge, zone, owner string, n int) {
 		a.records[edge] = counts
 	}
 	key := zone + "\x00" + owner
+	a.totals[edge] += n - counts[key]
 	if n == 0 {
 		delete(counts, key)
 	} else {
 		counts[key] = n
 	}
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	recordsManaged.WithLabelValues(edge).Set(float64(total))
+	recordsManaged.WithLabelValues(edge).Set(float64(a.totals[edge]))
 }
 
 // expediteAll has every queue flush what is pending now.

@@ -265,10 +265,10 @@ func checkOf(ep *v1.EdgeProvider) edge.Check {
 	c := edge.Check{URL: hc.URL, HostHeader: hc.HostHeader, Interval: hc.Interval.Duration, Timeout: hc.Timeout.Duration,
 		FailureThreshold: int(hc.FailureThreshold), SuccessThreshold: int(hc.SuccessThreshold), HoldDown: hc.FailbackHoldDown.Duration}
 	if c.Interval <= 0 {
-		c.Interval = 5 * time.Second
+		c.Interval = 2 * time.Second
 	}
 	if c.Timeout <= 0 || c.Timeout >= c.Interval {
-		c.Timeout = min(2*time.Second, c.Interval/2)
+		c.Timeout = min(time.Second, c.Interval/2)
 	}
 	return c
 }

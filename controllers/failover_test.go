@@ -11,7 +11,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
@@ -66,27 +65,6 @@ func seriesCount(e eventsv1.Event) int32 {
 		return e.Series.Count
 	}
 	return 1
-}
-
-func histogramCount(t *testing.T, name, edgeName string) uint64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "edge" && l.GetValue() == edgeName {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func countEvents(obj client.Object, kind, reason string) int {
@@ -162,7 +140,7 @@ func TestFailoverAndFailback(t *testing.T) {
 			t.Errorf("%s: %d FailedOver events, want 1", name, n)
 		}
 	}
-	if n := histogramCount(t, "tenantroute_failover_rewrite_seconds", o.cfEdge); n < 2 {
+	if _, n := rewriteHistogram(t, o.cfEdge); n < 2 {
 		t.Errorf("tenantroute_failover_rewrite_seconds observed %d rewrites of %s, want the failover and the failback", n, o.cfEdge)
 	}
 }

@@ -49,8 +49,11 @@ func TestMain(m *testing.M) {
 
 // logLevel keeps the operator's logs to errors unless TEST_LOG=debug.
 func logLevel() zapcore.Level {
-	if os.Getenv("TEST_LOG") == "debug" {
+	switch os.Getenv("TEST_LOG") {
+	case "debug":
 		return zapcore.DebugLevel
+	case "info":
+		return zapcore.InfoLevel
 	}
 	return zapcore.ErrorLevel + 1
 }
@@ -66,7 +69,7 @@ const (
 // operator is one test's world: its own namespaces, provider emulators, EdgeProviders,
 // Region and a manager that sees only them, so tests cannot disturb each other.
 type operator struct {
-	t               *testing.T
+	t               testing.TB
 	id              string
 	opNS, ns        string
 	cf              *cfemulator.Emulator
@@ -82,7 +85,7 @@ type operator struct {
 	stopManager       func()
 }
 
-func newOperator(t *testing.T, id string) *operator {
+func newOperator(t testing.TB, id string) *operator {
 	t.Helper()
 	o := &operator{t: t, id: id, opNS: "op-" + id, ns: "t-" + id, cfEdge: "cf-" + id, awsEdge: "aws-" + id, region: "eu-" + id}
 	o.cf = cfemulator.New(cfToken)
@@ -137,7 +140,7 @@ func healthCheck(url string) v1.HealthCheck {
 
 // healthServer is an edge's health endpoint; the switch starts on. Requests to
 // /flapping answer up and down in turn, whatever the switch.
-func healthServer(t *testing.T) (*atomic.Bool, string) {
+func healthServer(t testing.TB) (*atomic.Bool, string) {
 	up := &atomic.Bool{}
 	up.Store(true)
 	var flips atomic.Int64
@@ -242,7 +245,7 @@ func (o *operator) get(name string) *v1.TenantRoute {
 }
 
 // eventually retries check until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
+func eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -179,11 +179,15 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 		return
 	}
 	key := v.(types.NamespacedName)
-	route := &v1.TenantRoute{}
-	if err := r.Get(context.Background(), key, route); err == nil && len(o.Applied) > 0 {
-		created, updated, deleted := countActions(o.Applied)
-		r.Recorder.Eventf(route, nil, "Normal", "RecordsChanged", "ApplyRecords",
-			"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
+	// Creations and deletions are worth an event; updates come from failovers, whose
+	// FailedOver event says more, and from TTL edits.
+	if created, _, deleted := countActions(o.Applied); created+deleted > 0 {
+		route := &v1.TenantRoute{}
+		if err := r.Get(context.Background(), key, route); err == nil {
+			created, updated, deleted := countActions(o.Applied)
+			r.Recorder.Eventf(route, nil, "Normal", "RecordsChanged", "ApplyRecords",
+				"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
+		}
 	}
 	r.enqueue(key)
 }

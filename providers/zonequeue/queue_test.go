@@ -187,3 +187,34 @@ func TestWhileDesiresArriveOnlyFullBatchesGoOut(t *testing.T) {
 		t.Fatalf("quiet flush: %d changes in %d batches, want 450 in 3", mem.changes, mem.applies)
 	}
 }
+
+// BenchmarkFlushFailover10000: every owner of a zone of 10,000 records changes its
+// target at once, as in a failover; the plan must stay linear in the zone size.
+//
+//	go test -run '^$' -bench Flush -benchtime 3x ./providers/zonequeue/
+func BenchmarkFlushFailover10000(b *testing.B) {
+	mem := newMem()
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{}, nil)
+	target := func(i, edge int) []providers.Record {
+		return []providers.Record{{Name: fmt.Sprintf("t%05d.example.com", i), Type: providers.TypeCNAME, TTL: 60,
+			Values: []string{fmt.Sprintf("edge%d.example.net", edge)}}}
+	}
+	for i := range 10000 {
+		q.Desire(fmt.Sprintf("o%05d", i), target(i, 0))
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		for i := range 10000 {
+			q.Desire(fmt.Sprintf("o%05d", i), target(i, n+1))
+		}
+		if err := q.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if mem.changes != 10000*(b.N+1) {
+		b.Fatalf("%d changes applied", mem.changes)
+	}
+}
