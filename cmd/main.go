@@ -1,105 +1,225 @@
-// Command manager runs the tenantroute operator.
+// Command manager runs the tenantroute operator: the controllers, the edge health
+// checks and, by default, the embedded routing proxy. With --mode=proxy it runs only
+// the proxy, as its own fleet, reading routes from Redis and the operator's lookup
+// endpoint.
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"net/http"
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	routingv1alpha1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/proxy"
 )
 
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
+type config struct {
+	mode           string
+	metricsAddr    string
+	probeAddr      string
+	leaderElection bool
+	secureMetrics  bool
+	apiQPS         float64
+	apiBurst       int
+	operator       controllers.Options
+
+	proxyAddr  string
+	lookupAddr string
+	lookupURL  string
+	redisAddr  string
+	chain      proxy.ChainOptions
+	upstream   proxy.Options
 }
 
 func main() {
-	var (
-		metricsAddr    string
-		probeAddr      string
-		leaderElection bool
-		secureMetrics  bool
-		opts           controllers.Options
-		apiQPS         float64
-		apiBurst       int
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, authenticating and authorising scrapers with TokenReview and SubjectAccessReview.")
-	flag.BoolVar(&leaderElection, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&opts.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
-	flag.StringVar(&opts.Instance, "instance", "default", "Name of this installation in the ownership marker of its records; installations sharing zones need different names.")
-	flag.DurationVar(&opts.ZoneResync, "zone-resync", 10*time.Minute, "How often each DNS zone is listed again.")
-	flag.DurationVar(&opts.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
-	flag.DurationVar(&opts.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
-	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
-	flag.Float64Var(&apiQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (client-go's default of 20 would take minutes to report on 10,000 TenantRoutes).")
-	flag.IntVar(&apiBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server.")
+	var c config
+	flag.StringVar(&c.mode, "mode", "all", "all: controllers, health checks and the embedded proxy; proxy: the proxy alone (needs --lookup-url).")
+	flag.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.BoolVar(&c.leaderElection, "leader-elect", false, "Elect a leader so that only one replica reconciles and probes at a time.")
+	flag.BoolVar(&c.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, authenticating and authorising scrapers with TokenReview and SubjectAccessReview.")
+	flag.Float64Var(&c.apiQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (client-go's default of 20 would take minutes to report on 10,000 TenantRoutes).")
+	flag.IntVar(&c.apiBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server.")
+	flag.StringVar(&c.operator.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
+	flag.StringVar(&c.operator.Instance, "instance", "default", "Name of this installation in the ownership marker of its records; installations sharing zones need different names.")
+	flag.DurationVar(&c.operator.ZoneResync, "zone-resync", 10*time.Minute, "How often each DNS zone is listed again.")
+	flag.DurationVar(&c.operator.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
+	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
+	flag.IntVar(&c.operator.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
+
+	flag.StringVar(&c.proxyAddr, "proxy-bind-address", ":8088", "Address the routing proxy listens on; 0 disables the embedded proxy.")
+	flag.StringVar(&c.lookupAddr, "lookup-bind-address", ":8082", "Address of the read-only route lookup endpoint (GET /v1/routes?host=) standalone proxies use; 0 disables it.")
+	flag.StringVar(&c.lookupURL, "lookup-url", "", "--mode=proxy: base URL of the operator's lookup endpoint, e.g. http://tenantroute-lookup.tenantroute-system.svc:8082.")
+	flag.StringVar(&c.redisAddr, "redis-addr", "", "Redis (host:port) shared by proxies; the operator keeps it filled. Optional.")
+	flag.DurationVar(&c.chain.TTL, "route-cache-ttl", 30*time.Second, "How long the proxy keeps a route in memory; hot routes are refreshed before.")
+	flag.DurationVar(&c.chain.MaxStale, "route-max-stale", time.Hour, "How long past its TTL a route is served when every source fails.")
+	flag.DurationVar(&c.chain.LayerTimeout, "route-lookup-timeout", 250*time.Millisecond, "Time budget of each route source (Redis, the lookup endpoint) per lookup.")
+	flag.DurationVar(&c.upstream.UpstreamTimeout, "upstream-timeout", 30*time.Second, "Timeout of each write to and read from a backend.")
+	flag.BoolVar(&c.upstream.TrustForwarded, "trust-forwarded-headers", false, "Append to clients' X-Forwarded-*/Forwarded headers instead of replacing them (behind a trusted load balancer only).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("setup")
+	c.chain.Observe = proxy.ObserveLayer
 
+	ctx := ctrl.SetupSignalHandler()
+	var err error
+	switch c.mode {
+	case "all":
+		err = runAll(ctx, c)
+	case "proxy":
+		err = runProxy(ctx, c)
+	default:
+		err = fmt.Errorf("unknown --mode %q: want all or proxy", c.mode)
+	}
+	if err != nil {
+		ctrl.Log.Error(err, "exiting")
+		os.Exit(1)
+	}
+}
+
+// runAll runs the controllers, the health checks, the lookup endpoint and the
+// embedded proxy in one manager.
+func runAll(ctx context.Context, c config) error {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(routingv1alpha1.AddToScheme(scheme))
 
 	restConfig := ctrl.GetConfigOrDie()
-	restConfig.QPS, restConfig.Burst = float32(apiQPS), apiBurst
+	restConfig.QPS, restConfig.Burst = float32(c.apiQPS), c.apiBurst
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:  scheme,
-		Metrics: metricsOptions(metricsAddr, secureMetrics),
+		Metrics: metricsOptions(c.metricsAddr, c.secureMetrics),
 		// Credential Secrets are read only in the operator's namespace, and cached only there.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{c.operator.Namespace: {}}},
 		}},
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElection,
+		HealthProbeBindAddress:        c.probeAddr,
+		LeaderElection:                c.leaderElection,
 		LeaderElectionID:              "tenantroute-operator.routing.tenantroute.io",
 		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		log.Error(err, "unable to create manager")
-		os.Exit(1)
+		return fmt.Errorf("creating the manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, opts); err != nil {
-		log.Error(err, "unable to set up controllers")
-		os.Exit(1)
+	var kv *proxy.RedisKV
+	if c.redisAddr != "" {
+		kv = &proxy.RedisKV{Client: proxy.NewRedisClient(c.redisAddr)}
+		c.operator.RedisKV = kv
+	}
+	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
+		return fmt.Errorf("setting up the controllers: %w", err)
+	}
+	source := proxy.ClusterSource{Reader: mgr.GetCache()}
+	if c.lookupAddr != "0" {
+		if err := mgr.Add(httpServer(c.lookupAddr, proxy.LookupHandler(source))); err != nil {
+			return err
+		}
+	}
+	if c.proxyAddr != "0" {
+		if err := proxy.Register(metrics.Registry); err != nil {
+			return err
+		}
+		layers := []proxy.Layer{source}
+		if kv != nil {
+			layers = []proxy.Layer{*kv, source}
+		}
+		chain := proxy.NewChain(c.chain, layers...)
+		if err := mgr.Add(&proxy.Server{Proxy: proxy.New(chain, c.upstream), Listen: c.proxyAddr}); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "unable to add health check")
-		os.Exit(1)
+		return err
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "unable to add ready check")
-		os.Exit(1)
+		return err
 	}
+	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", c.redisAddr != "")
+	return mgr.Start(ctx)
+}
 
-	log.Info("starting manager")
-	if err := mgr.Start(ctx); err != nil {
-		log.Error(err, "manager exited with an error")
-		os.Exit(1)
+// runProxy runs the proxy alone: routes from memory, then Redis, then the operator's
+// lookup endpoint.
+func runProxy(ctx context.Context, c config) error {
+	if c.lookupURL == "" {
+		return errors.New("--mode=proxy needs --lookup-url, the operator's lookup endpoint")
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if err := proxy.Register(registry); err != nil {
+		return err
+	}
+	layers := []proxy.Layer{proxy.HTTPSource{BaseURL: c.lookupURL, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
+	if c.redisAddr != "" {
+		layers = append([]proxy.Layer{proxy.RedisKV{Client: proxy.NewRedisClient(c.redisAddr)}}, layers...)
+	}
+	chain := proxy.NewChain(c.chain, layers...)
+	probes := http.NewServeMux()
+	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	probes.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	runnables := []interface{ Start(context.Context) error }{
+		&proxy.Server{Proxy: proxy.New(chain, c.upstream), Listen: c.proxyAddr},
+		httpServer(c.probeAddr, probes),
+	}
+	if c.metricsAddr != "0" {
+		runnables = append(runnables, httpServer(c.metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+	}
+	ctrl.Log.Info("starting proxy", "listen", c.proxyAddr, "lookup", c.lookupURL, "redis", c.redisAddr != "")
+	errs := make(chan error, len(runnables))
+	for _, r := range runnables {
+		go func() { errs <- r.Start(ctx) }()
+	}
+	for range runnables {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// httpServer runs a net/http server until its context ends.
+type httpServerRunnable struct{ srv *http.Server }
+
+func httpServer(addr string, h http.Handler) *httpServerRunnable {
+	return &httpServerRunnable{srv: &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+}
+
+func (s *httpServerRunnable) Start(ctx context.Context) error {
+	errs := make(chan error, 1)
+	go func() { errs <- s.srv.ListenAndServe() }()
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.srv.Shutdown(shutdown)
 	}
 }
+
+// NeedLeaderElection: every replica serves lookups.
+func (s *httpServerRunnable) NeedLeaderElection() bool { return false }
 
 func metricsOptions(addr string, secure bool) metricsserver.Options {
 	opts := metricsserver.Options{BindAddress: addr, SecureServing: secure}
@@ -107,4 +227,11 @@ func metricsOptions(addr string, secure bool) metricsserver.Options {
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return opts
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
 	"github.com/tenantroute/tenantroute-operator/providers/route53"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+	"github.com/tenantroute/tenantroute-operator/proxy"
 )
 
 // Provider types shown in status.type.
@@ -52,7 +53,7 @@ const (
 	indexSecret    = "spec.secretName"
 	indexEdges     = "spec.edges"
 	indexRegion    = "spec.region"
-	indexHostnames = "spec.hostnames"
+	indexHostnames = proxy.HostnameIndex
 )
 
 // EdgeProviderReconciler builds each EdgeProvider's provider client from its Secret,

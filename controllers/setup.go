@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+	"github.com/tenantroute/tenantroute-operator/proxy"
 )
 
 // Options configure the operator's controllers.
@@ -28,6 +29,8 @@ type Options struct {
 	Revalidate time.Duration
 	// MaxConcurrentReconciles of TenantRoutes.
 	MaxConcurrentReconciles int
+	// RedisKV, if set, is kept filled with every hostname's route for standalone proxies.
+	RedisKV *proxy.RedisKV
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -75,6 +78,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&RegionReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Region controller: %w", err)
+	}
+	if o.RedisKV != nil {
+		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV}).SetupWithManager(mgr, routes); err != nil {
+			return fmt.Errorf("setting up the Redis route writer: %w", err)
+		}
 	}
 	return nil
 }

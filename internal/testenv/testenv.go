@@ -50,8 +50,9 @@ func AssetsDir() (string, error) {
 	return filepath.Dir(matches[len(matches)-1]), nil
 }
 
-// Start starts the API server with the CRDs from config/crd/bases installed.
-func Start() (*envtest.Environment, *rest.Config, error) {
+// Start starts the API server with the CRDs from config/crd/bases installed; options
+// adjust the environment before it starts.
+func Start(options ...func(*envtest.Environment)) (*envtest.Environment, *rest.Config, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, nil, err
@@ -61,6 +62,9 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
+	}
+	for _, o := range options {
+		o(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {

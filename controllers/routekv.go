@@ -1,0 +1,87 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/proxy"
+)
+
+// RouteKVReconciler keeps the shared KV (Redis) that standalone proxies read filled
+// with the route of every hostname. Redis being down delays this, never routing: the
+// proxies fall through to the lookup endpoint.
+type RouteKVReconciler struct {
+	client.Client
+	KV proxy.RedisKV
+}
+
+// hostsKey is the Redis set of the hostnames written for a TenantRoute, so that they
+// can be removed when it changes or goes.
+func hostsKey(key types.NamespacedName) string { return "tenantroute:hosts:" + key.String() }
+
+// Reconcile implements reconcile.Reconciler.
+func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	written, err := r.KV.Client.SMembers(ctx, hostsKey(req.NamespacedName)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return ctrl.Result{}, fmt.Errorf("reading the hostnames written for %s: %w", req.NamespacedName, err)
+	}
+	route := &v1.TenantRoute{}
+	var current []string
+	if err := r.Get(ctx, req.NamespacedName, route); err == nil && route.DeletionTimestamp.IsZero() {
+		current = route.Spec.Hostnames
+	} else if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	// Each hostname gets the route of whichever TenantRoute holds it now.
+	src := proxy.ClusterSource{Reader: r.Client}
+	put := map[string]proxy.Route{}
+	var gone []string
+	for _, h := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(written), current...)))) {
+		switch rt, err := src.Lookup(ctx, h); {
+		case err == nil:
+			put[h] = rt
+		case errors.Is(err, proxy.ErrNotFound):
+			gone = append(gone, h)
+		default:
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.KV.Put(ctx, put); err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing routes to Redis: %w", err)
+	}
+	if err := r.KV.Delete(ctx, gone...); err != nil {
+		return ctrl.Result{}, fmt.Errorf("deleting routes from Redis: %w", err)
+	}
+	pipe := r.KV.Client.TxPipeline()
+	pipe.Del(ctx, hostsKey(req.NamespacedName))
+	if len(current) > 0 {
+		members := make([]any, len(current))
+		for i, h := range current {
+			members[i] = h
+		}
+		pipe.SAdd(ctx, hostsKey(req.NamespacedName), members...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("recording the hostnames written for %s: %w", req.NamespacedName, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the reconciler: TenantRoutes, and Regions through the
+// TenantRoutes in them.
+func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRouteReconciler) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.TenantRoute{}).
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routes.routesMatching(indexRegion))).
+		Named("routekv").
+		Complete(r)
+}

@@ -1,0 +1,70 @@
+// Command proxy runs the tenantroute proxy with one route, for measuring the
+// forwarding engine against nginx under the same load, and the cost of a Redis
+// outage: with -redis, routes come from memory, then Redis, then a lookup endpoint
+// served in this process.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/proxy"
+)
+
+const host = "bench.example.com"
+
+type static struct{ route proxy.Route }
+
+func (static) Name() string { return "static" }
+
+func (s static) Lookup(_ context.Context, h string) (proxy.Route, error) {
+	if h != host {
+		return proxy.Route{}, proxy.ErrNotFound
+	}
+	return s.route, nil
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:9002", "address")
+	backend := flag.String("backend", "http://127.0.0.1:9001", "backend URL")
+	redisAddr := flag.String("redis", "", "Redis address: look routes up in Redis, then in a lookup endpoint")
+	ttl := flag.Duration("route-ttl", 30*time.Second, "in-memory route TTL")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until interrupted")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, os.Interrupt)
+		go func() { <-stop; pprof.StopCPUProfile(); f.Close(); os.Exit(0) }()
+	}
+	src := static{proxy.Route{Tenant: "bench", Region: "bench", Backends: []string{*backend}}}
+	layers := []proxy.Layer{src}
+	if *redisAddr != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { log.Fatal(http.Serve(ln, proxy.LookupHandler(src))) }()
+		kv := proxy.RedisKV{Client: proxy.NewRedisClient(*redisAddr)}
+		if err := kv.Put(context.Background(), map[string]proxy.Route{host: src.route}); err != nil {
+			log.Fatal(err)
+		}
+		layers = []proxy.Layer{kv, proxy.HTTPSource{BaseURL: "http://" + ln.Addr().String()}}
+	}
+	chain := proxy.NewChain(proxy.ChainOptions{TTL: *ttl}, layers...)
+	srv := &proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: *listen}
+	log.Fatal(srv.Start(context.Background()))
+}

@@ -1,0 +1,345 @@
+// Package proxy is the edge router: an HTTP reverse proxy that maps a request's host
+// to its tenant's route (tenant, region, backends) and forwards it to a backend of
+// that region only.
+//
+// The lookup goes through layers: an in-process cache, an optional shared KV (Redis)
+// and the source of truth (the operator's informer cache, or its lookup endpoint).
+// Each layer has a timeout budget and a circuit breaker; a failing layer is skipped
+// and the next one answers; concurrent misses for a host share one lookup; when every
+// source fails a known route is served stale. A cache or KV outage costs latency,
+// never availability.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/singleflight"
+)
+
+// Route is where a host's requests go.
+type Route struct {
+	Tenant   string   `json:"tenant"`
+	Region   string   `json:"region"`
+	Backends []string `json:"backends"`
+}
+
+// ErrNotFound is a layer's answer for a host it knows has no route. From the source of
+// truth it is authoritative; from a cache layer it is only a miss.
+var ErrNotFound = errors.New("no route for this host")
+
+// Layer is one place routes can be looked up.
+type Layer interface {
+	Name() string
+	Lookup(ctx context.Context, host string) (Route, error)
+}
+
+// Outcome says how a lookup was answered, for metrics and logs.
+type Outcome uint8
+
+// Lookup outcomes.
+const (
+	OutcomeHit      Outcome = iota // fresh in-process cache entry
+	OutcomeResolved                // resolved through a layer
+	OutcomeStale                   // every layer failed; a known route served past its TTL
+	OutcomeNotFound                // no route for the host (cached negatively)
+	OutcomeError                   // every layer failed and nothing was known
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"hit", "resolved", "stale", "not_found", "error"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// ChainOptions tune a lookup chain.
+type ChainOptions struct {
+	// TTL of a cached route; it is refreshed in the background once RefreshAfter of
+	// it has passed, so hot hosts never miss.
+	TTL          time.Duration
+	RefreshAfter time.Duration
+	// NegativeTTL of a cached "no route".
+	NegativeTTL time.Duration
+	// MaxStale bounds how long past its TTL a route is served when every layer fails.
+	MaxStale time.Duration
+	// LayerTimeout is each layer's time budget per lookup.
+	LayerTimeout time.Duration
+	// BreakerFailures consecutive failures open a layer's breaker for BreakerCooldown.
+	BreakerFailures uint32
+	BreakerCooldown time.Duration
+	// MaxEntries bounds the in-process cache.
+	MaxEntries int
+	// Observe, if set, is told of each layer's answer: layer, result (hit, miss, error,
+	// breaker_open).
+	Observe func(layer, result string)
+}
+
+func (o *ChainOptions) defaults() {
+	if o.TTL == 0 {
+		o.TTL = 30 * time.Second
+	}
+	if o.RefreshAfter == 0 || o.RefreshAfter >= o.TTL {
+		o.RefreshAfter = o.TTL * 3 / 4
+	}
+	if o.NegativeTTL == 0 {
+		o.NegativeTTL = 5 * time.Second
+	}
+	if o.MaxStale == 0 {
+		o.MaxStale = time.Hour
+	}
+	if o.LayerTimeout == 0 {
+		o.LayerTimeout = 250 * time.Millisecond
+	}
+	if o.BreakerFailures == 0 {
+		o.BreakerFailures = 3
+	}
+	if o.BreakerCooldown == 0 {
+		o.BreakerCooldown = 5 * time.Second
+	}
+	if o.MaxEntries == 0 {
+		o.MaxEntries = 1 << 20
+	}
+	if o.Observe == nil {
+		o.Observe = func(string, string) {}
+	}
+}
+
+type guarded struct {
+	Layer
+	breaker *gobreaker.CircuitBreaker[Route]
+	probing atomic.Bool
+}
+
+// Chain looks routes up through the in-process cache and its layers, in order; the
+// last layer is the source of truth.
+type Chain struct {
+	opts   ChainOptions
+	cache  *routeCache
+	layers []*guarded
+	flight singleflight.Group
+}
+
+// NewChain returns a chain over layers; the last is the source of truth.
+func NewChain(opts ChainOptions, layers ...Layer) *Chain {
+	opts.defaults()
+	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries)}
+	for _, l := range layers {
+		c.layers = append(c.layers, &guarded{Layer: l, breaker: gobreaker.NewCircuitBreaker[Route](gobreaker.Settings{
+			Name:        l.Name(),
+			MaxRequests: 1,
+			Timeout:     opts.BreakerCooldown,
+			ReadyToTrip: func(counts gobreaker.Counts) bool { return counts.ConsecutiveFailures >= opts.BreakerFailures },
+			// A layer that answers "not found" is working.
+			IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, ErrNotFound) },
+		})})
+	}
+	return c
+}
+
+// Lookup returns the route of a normalised host. A fresh cache hit allocates nothing.
+func (c *Chain) Lookup(ctx context.Context, host []byte) (*CachedRoute, Outcome) {
+	now := time.Now().UnixNano()
+	if e := c.cache.get(host); e != nil {
+		if now < e.expires {
+			if now >= e.refreshAt && e.refreshing.CompareAndSwap(false, true) {
+				go c.refresh(string(host))
+			}
+			switch {
+			case e.route == nil:
+				return nil, OutcomeNotFound
+			case e.stale:
+				return e.route, OutcomeStale
+			}
+			return e.route, OutcomeHit
+		}
+	}
+	v, _, _ := c.flight.Do(string(host), func() (any, error) {
+		r, o := c.resolve(ctx, string(host))
+		return result{r, o}, nil
+	})
+	res := v.(result)
+	return res.route, res.outcome
+}
+
+type result struct {
+	route   *CachedRoute
+	outcome Outcome
+}
+
+func (c *Chain) refresh(host string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(c.layers))*c.opts.LayerTimeout+time.Second)
+	defer cancel()
+	_, _, _ = c.flight.Do(host, func() (any, error) {
+		r, o := c.resolve(ctx, host)
+		return result{r, o}, nil
+	})
+}
+
+// resolve asks each layer in turn and caches the answer.
+func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome) {
+	for i, l := range c.layers {
+		authoritative := i == len(c.layers)-1
+		// A layer whose breaker is not closed costs a request nothing: it is skipped,
+		// and a background lookup (one at a time) finds out whether it is back.
+		if l.breaker.State() != gobreaker.StateClosed {
+			c.opts.Observe(l.Name(), "breaker_open")
+			c.probe(l, host)
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, c.opts.LayerTimeout)
+		r, err := l.breaker.Execute(func() (Route, error) { return l.Lookup(lctx, host) })
+		cancel()
+		switch {
+		case err == nil:
+			c.opts.Observe(l.Name(), "hit")
+			cr := newCachedRoute(r)
+			c.store(host, cr, c.opts.TTL)
+			return cr, OutcomeResolved
+		case errors.Is(err, ErrNotFound):
+			c.opts.Observe(l.Name(), "miss")
+			if authoritative {
+				c.store(host, nil, c.opts.NegativeTTL)
+				return nil, OutcomeNotFound
+			}
+		case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+			c.opts.Observe(l.Name(), "breaker_open")
+		default:
+			c.opts.Observe(l.Name(), "error")
+		}
+	}
+	// Every layer failed: serve what is known, within MaxStale. The stale entry is
+	// kept for a second at a time, so that meanwhile requests are answered from the
+	// cache and one background refresh a second tries the layers again.
+	now := time.Now()
+	if e := c.cache.get([]byte(host)); e != nil && e.route != nil && now.UnixNano() < e.staleUntil {
+		c.cache.put(host, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
+			expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
+		return e.route, OutcomeStale
+	}
+	return nil, OutcomeError
+}
+
+// probe tries a layer whose breaker is open or half-open in the background; a success
+// closes the breaker.
+func (c *Chain) probe(l *guarded, host string) {
+	if !l.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.probing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.LayerTimeout)
+		defer cancel()
+		_, _ = l.breaker.Execute(func() (Route, error) { return l.Lookup(ctx, host) })
+	}()
+}
+
+func (c *Chain) store(host string, r *CachedRoute, ttl time.Duration) {
+	now := time.Now()
+	e := &cacheEntry{route: r, expires: now.Add(ttl).UnixNano(), refreshAt: now.Add(ttl * 3 / 4).UnixNano(),
+		staleUntil: now.Add(ttl + c.opts.MaxStale).UnixNano()}
+	if r != nil {
+		e.refreshAt = now.Add(c.opts.RefreshAfter).UnixNano()
+	}
+	c.cache.put(host, e)
+}
+
+// Invalidate drops a host from the in-process cache.
+func (c *Chain) Invalidate(host string) { c.cache.delete(host) }
+
+// CachedRoute is a route as the proxy uses it; it is immutable but for its counters.
+type CachedRoute struct {
+	Route
+	next      atomic.Uint64 // round robin over Backends
+	upstreams atomic.Pointer[[]*upstream]
+	latency   prometheus.Observer // upstream latency of the route's region
+}
+
+func newCachedRoute(r Route) *CachedRoute {
+	return &CachedRoute{Route: r, latency: upstreamSeconds.WithLabelValues(r.Region)}
+}
+
+func (r *CachedRoute) observeUpstream(d time.Duration) { r.latency.Observe(d.Seconds()) }
+
+type cacheEntry struct {
+	route      *CachedRoute // nil: no route (negative entry)
+	expires    int64        // unix nanoseconds
+	refreshAt  int64
+	staleUntil int64 // the route may be served stale until then
+	stale      bool  // kept only because every layer failed
+	refreshing atomic.Bool
+}
+
+// routeCache is a sharded map whose shards are replaced whole on write (copy on
+// write): a read is an atomic load and a map index with a []byte key, no lock and no
+// allocation, so the hot path scales across cores. Writes (a miss, a refresh) copy
+// one shard of 1/256th of the hosts.
+type routeCache struct {
+	shards   [256]cacheShard
+	perShard int
+}
+
+type cacheShard struct {
+	mu      sync.Mutex // serialises writers
+	entries atomic.Pointer[map[string]*cacheEntry]
+}
+
+func newRouteCache(max int) *routeCache {
+	c := &routeCache{}
+	c.perShard = max/len(c.shards) + 1
+	for i := range c.shards {
+		m := map[string]*cacheEntry{}
+		c.shards[i].entries.Store(&m)
+	}
+	return c
+}
+
+func (c *routeCache) shard(host []byte) *cacheShard {
+	var h uint32 = 2166136261
+	for _, b := range host {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return &c.shards[h%uint32(len(c.shards))]
+}
+
+func (c *routeCache) get(host []byte) *cacheEntry {
+	return (*c.shard(host).entries.Load())[string(host)]
+}
+
+func (c *routeCache) put(host string, e *cacheEntry) {
+	c.update(host, func(m map[string]*cacheEntry) {
+		if len(m) >= c.perShard {
+			// Full: drop expired entries, then, if need be, any (map order is random).
+			now := time.Now().UnixNano()
+			for k, old := range m {
+				if old.expires < now || len(m) >= c.perShard {
+					delete(m, k)
+				}
+				if len(m) < c.perShard*3/4 {
+					break
+				}
+			}
+		}
+		m[host] = e
+	})
+}
+
+func (c *routeCache) delete(host string) {
+	c.update(host, func(m map[string]*cacheEntry) { delete(m, host) })
+}
+
+func (c *routeCache) update(host string, change func(map[string]*cacheEntry)) {
+	s := c.shard([]byte(host))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.entries.Load()
+	m := make(map[string]*cacheEntry, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	change(m)
+	s.entries.Store(&m)
+}

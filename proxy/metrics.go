@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_requests_total",
+		Help: "Requests served by the proxy, by status code and route lookup outcome (hit, resolved, stale, not_found, error).",
+	}, []string{"code", "outcome"})
+	lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_lookups_total",
+		Help: "Route lookups by layer (memory, redis, source) and result (hit, miss, stale, error, breaker_open).",
+	}, []string{"layer", "result"})
+	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantroute_proxy_upstream_duration_seconds",
+		Help:    "Time to a backend's response headers, by region.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"region"})
+
+	// requestCounters caches the counter of each status code and outcome, so the hot
+	// path does not hash label values.
+	requestCounters [600][numOutcomes]atomic.Pointer[prometheus.Counter]
+	memoryLookups   [numOutcomes]prometheus.Counter
+)
+
+func init() {
+	for o := range numOutcomes {
+		result := map[Outcome]string{OutcomeHit: "hit", OutcomeStale: "stale", OutcomeNotFound: "hit"}[o]
+		if result == "" {
+			result = "miss"
+		}
+		memoryLookups[o] = lookups.WithLabelValues("memory", result)
+	}
+}
+
+// Register adds the proxy's metrics to a registry.
+func Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ObserveLayer counts a layer's answer; it is the chain's Observe hook.
+func ObserveLayer(layer, result string) { lookups.WithLabelValues(layer, result).Inc() }
+
+func observeLookup(o Outcome) { memoryLookups[o].Inc() }
+
+func observeRequest(status int, o Outcome) {
+	if status < 0 || status >= len(requestCounters) {
+		requests.WithLabelValues("other", outcomeNames[o]).Inc()
+		return
+	}
+	slot := &requestCounters[status][o]
+	c := slot.Load()
+	if c == nil {
+		counter := requests.WithLabelValues(strconv.Itoa(status), outcomeNames[o])
+		slot.Store(&counter)
+		c = &counter
+	}
+	(*c).Inc()
+}
