@@ -43,8 +43,23 @@ envtest-assets: ## Build kube-apiserver and etcd into bin/k8s/<version> (first t
 	hack/build-envtest-assets.sh
 
 .PHONY: test
-test: envtest-assets verify-generated verify-fmt vet ## Run every test against a real API server.
+test: envtest-assets verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS_DIR) $(GO) test -count=1 ./...
+	$(MAKE) e2e
+
+##@ Local run
+
+.PHONY: demo
+demo: ## Run the whole system locally and tell its story; stays up until Ctrl-C.
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop a running demo and everything it started.
+	hack/demo.sh down
+
+.PHONY: e2e
+e2e: ## The demo's flow without narration, checking every step.
+	DEMO_QUIET=1 DEMO_NONINTERACTIVE=1 DEMO_DIR=$(CURDIR)/.demo-e2e hack/demo.sh
 
 ##@ Build
 

@@ -87,6 +87,10 @@ func TestKubectl(t *testing.T) {
 		t.Errorf("config/default does not render the manager Deployment in tenantroute-system")
 	}
 
+	if out := kubectl("get", "routing", "-A"); !strings.Contains(out, "tenantroute.routing.tenantroute.io/acme") ||
+		!strings.Contains(out, "region.routing.tenantroute.io/eu-west") || !strings.Contains(out, "edgeprovider.routing.tenantroute.io/aws") {
+		t.Errorf("kubectl get routing does not list the three kinds:\n%s", out)
+	}
 	if out := kubectl("explain", "tenantroute.spec.hostnames"); !strings.Contains(out, "custom domain") {
 		t.Errorf("kubectl explain does not show the field documentation:\n%s", out)
 	}

@@ -50,7 +50,7 @@ type RegionStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,categories=tenantroute
+// +kubebuilder:resource:scope=Cluster,categories=routing
 // +kubebuilder:printcolumn:name="Backends",type=integer,JSONPath=`.status.backendCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Region struct {

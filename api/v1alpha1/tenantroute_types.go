@@ -172,7 +172,7 @@ type TenantRouteStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=tr,categories=tenantroute
+// +kubebuilder:resource:shortName=tr,categories=routing
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenantID`
 // +kubebuilder:printcolumn:name="Region",type=string,JSONPath=`.spec.region`
 // +kubebuilder:printcolumn:name="Active Edge",type=string,JSONPath=`.status.activeEdge`

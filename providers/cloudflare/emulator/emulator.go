@@ -300,14 +300,18 @@ func (e *Emulator) serveAdmin(w http.ResponseWriter, r *http.Request, path strin
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"id": e.AddZone(body.Name), "name": body.Name})
 	case path == "/__admin/records" && r.Method == http.MethodGet:
-		w.Header().Set("Content-Type", "application/json")
-		out := map[string][]Record{}
+		// One line per record: name, type, TTL, content, proxied, comment.
+		var lines []string
 		e.mu.Lock()
 		for _, z := range e.zones {
-			out[z.Name] = sortedRecords(z.records)
+			for _, rec := range sortedRecords(z.records) {
+				lines = append(lines, fmt.Sprintf("%s\t%s\t%d\t%s\tproxied=%t\t%s", rec.Name, rec.Type, rec.TTL, rec.Content, rec.Proxied, rec.Comment))
+			}
 		}
 		e.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(out)
+		slices.Sort(lines)
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, strings.Join(lines, "\n"))
 	default:
 		http.NotFound(w, r)
 	}

@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# The whole system on this machine, in one command (make demo): a real kube-apiserver
+# and etcd built from Go modules, the Cloudflare and Route53 API emulators, two edges'
+# health endpoints, two regions' backends, Redis when installed, and the operator with
+# its embedded proxy. It then tells the story with real commands and their output:
+# records in both providers, requests routed to the tenant's region, a failover and a
+# failback, a Redis outage survived.
+#
+#   DEMO_NONINTERACTIVE=1  run the story and exit instead of staying up for exploration
+#   DEMO_QUIET=1           no narration, only the checks (make e2e)
+#
+# Every step is checked; a failed check stops the demo with exit status 1. Ctrl-C or
+# make demo-down (hack/demo.sh down) stops everything it started.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+dir="${DEMO_DIR:-${root}/.demo}"
+quiet="${DEMO_QUIET:-0}"
+interactive=1
+[[ "${DEMO_NONINTERACTIVE:-0}" == 1 || "${quiet}" == 1 ]] && interactive=0
+
+mkdir -p "${dir}"
+# stop_pids stops the processes listed in $dir/pids, in reverse order, each given 15 s
+# to stop cleanly (the control plane stops its kube-apiserver and etcd) before it is
+# killed.
+stop_pids() {
+  [[ -s "${dir}/pids" ]] || return 0
+  tac "${dir}/pids" | while read -r pid _; do
+    kill "${pid}" 2>/dev/null || continue
+    for _ in $(seq 150); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "${pid}" 2>/dev/null || true
+  done
+  : > "${dir}/pids"
+}
+if [[ "${1:-}" == down ]]; then # make demo-down
+  if [[ -s "${dir}/demo.pid" ]] && kill "$(cat "${dir}/demo.pid")" 2>/dev/null; then
+    pid=$(cat "${dir}/demo.pid")
+    for _ in $(seq 600); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
+  fi
+  stop_pids
+  rm -f "${dir}/demo.pid"
+  exit 0
+fi
+if [[ -s "${dir}/pids" ]]; then
+  echo "a demo is already running (${dir}/pids); stop it with: make demo-down" >&2
+  exit 1
+fi
+: > "${dir}/pids"
+echo $$ > "${dir}/demo.pid"
+
+# --- output -----------------------------------------------------------------------
+bold=$'\e[1m'; dim=$'\e[2m'; green=$'\e[32m'; red=$'\e[31m'; reset=$'\e[0m'
+[[ -t 1 ]] || { bold=; dim=; green=; red=; reset=; }
+say() { [[ "${quiet}" == 1 ]] || printf '\n%s%s%s\n' "${bold}" "$*" "${reset}"; }
+note() { [[ "${quiet}" == 1 ]] || printf '%s%s%s\n' "${dim}" "$*" "${reset}"; }
+# show runs a command, printing it and its output as a user would see them.
+show() {
+  if [[ "${quiet}" == 1 ]]; then "$@" >/dev/null 2>&1 || true; return; fi
+  local shown=() a
+  for a in "$@"; do [[ "$a" =~ [[:space:]\{\}\*\'\"] ]] && shown+=("'$a'") || shown+=("$a"); done
+  printf '%s$ %s%s\n' "${green}" "${shown[*]}" "${reset}"
+  "$@" 2>&1 | sed 's/^/  /' || true
+}
+# check waits up to $2 seconds for the command to succeed; on timeout it fails the demo.
+check() {
+  local what="$1" timeout="$2"; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then
+      printf '%sFAILED: %s%s\n' "${red}" "${what}" "${reset}" >&2
+      printf 'last attempt (%s):\n' "$*" >&2
+      "$@" 2>&1 | tail -20 >&2 || true
+      printf 'logs are in %s\n' "${dir}" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  printf '%sok%s %s\n' "${green}" "${reset}" "${what}"
+}
+
+# --- lifecycle ----------------------------------------------------------------------
+start() { # name, command...: run in the background, log to $dir/name.log
+  local name="$1"; shift
+  "$@" > "${dir}/${name}.log" 2>&1 &
+  echo "$! ${name}" >> "${dir}/pids"
+  disown $! # its end is the demo's business, not the shell's job table
+}
+down() {
+  trap - EXIT INT TERM
+  [[ -s "${dir}/pids" ]] && note "stopping the demo's processes"
+  stop_pids
+  rm -f "${dir}/demo.pid"
+}
+trap down EXIT
+trap 'exit 130' INT TERM
+
+# --- build ----------------------------------------------------------------------------
+say "Building what is missing (the API server takes about 6 minutes the very first time)"
+hack/build-envtest-assets.sh > "${dir}/build.log" 2>&1 || { cat "${dir}/build.log" >&2; exit 1; }
+go build -o bin/manager ./cmd
+go build -o bin/provider-emulators ./cmd/provider-emulators
+go build -o bin/demo ./hack/demo
+
+read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes < <(bin/demo freeports 11 | tr '\n' ' '; echo)
+proxy="http://127.0.0.1:${p_proxy}"
+
+# --- control plane ---------------------------------------------------------------------
+say "1. A local control plane: etcd and kube-apiserver from bin/k8s"
+rm -f "${dir}/kubeconfig"
+start controlplane bin/demo controlplane -dir "${dir}"
+check "kube-apiserver is up" 60 test -s "${dir}/kubeconfig"
+export KUBECONFIG="${dir}/kubeconfig"
+check "kubectl reaches it" 30 kubectl get --raw /readyz
+note "KUBECONFIG=${dir}/kubeconfig kubectl ... works beside the demo"
+show kubectl apply -k config/crd
+check "the CRDs are established" 30 kubectl wait --for condition=established --timeout=5s crd/tenantroutes.routing.tenantroute.io crd/edgeproviders.routing.tenantroute.io crd/regions.routing.tenantroute.io
+
+# --- the world around the operator ------------------------------------------------------
+say "2. The providers' API emulators, the edges' health endpoints, the regions' backends"
+start emulators bin/provider-emulators --cloudflare-listen "127.0.0.1:${p_cf}" --route53-listen "127.0.0.1:${p_r53}" --zones auth.example.com
+start servers bin/demo servers --edge-cloudflare "127.0.0.1:${p_edge_cf}" --edge-aws "127.0.0.1:${p_edge_aws}" \
+  --region-eu-west "127.0.0.1:${p_eu}" --region-us-east "127.0.0.1:${p_us}"
+check "the Cloudflare API emulator answers" 20 curl -sf "http://127.0.0.1:${p_cf}/__admin/counters"
+check "the Route53 API emulator answers" 20 curl -sf "http://127.0.0.1:${p_r53}/__admin/counters"
+check "the edges' health endpoints answer" 20 curl -sf "http://127.0.0.1:${p_edge_cf}/healthz"
+redis_args=()
+if command -v redis-server >/dev/null; then
+  start redis redis-server --port "${p_redis}" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no
+  check "Redis answers" 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/${p_redis}"
+  redis_args=(--redis-addr "127.0.0.1:${p_redis}")
+  note "Redis on port ${p_redis}: the operator keeps it filled, the proxy reads it"
+else
+  note "redis-server is not installed: the proxy runs without its shared KV (apt-get install redis-server)"
+fi
+
+# --- the operator ------------------------------------------------------------------------
+say "3. The operator, with its embedded proxy on ${proxy}"
+kubectl create namespace tenantroute-system >/dev/null
+kubectl -n tenantroute-system create secret generic cloudflare-token --from-literal=token=emulator-token >/dev/null
+kubectl -n tenantroute-system create secret generic aws-credentials \
+  --from-literal=access-key-id=AKIAEMULATOR --from-literal=secret-access-key=emulator-secret >/dev/null
+start manager bin/manager --namespace tenantroute-system --metrics-bind-address "127.0.0.1:${p_metrics}" \
+  --health-probe-bind-address "127.0.0.1:${p_probes}" --proxy-bind-address "127.0.0.1:${p_proxy}" \
+  --lookup-bind-address "127.0.0.1:${p_lookup}" --route-cache-ttl 2s "${redis_args[@]}"
+check "the manager is healthy" 60 curl -sf "http://127.0.0.1:${p_probes}/readyz"
+
+cat > "${dir}/objects.yaml" <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: tenants}
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: Region
+metadata: {name: eu-west}
+spec:
+  backends: [{url: "http://127.0.0.1:${p_eu}"}]
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: Region
+metadata: {name: us-east}
+spec:
+  backends: [{url: "http://127.0.0.1:${p_us}"}]
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: EdgeProvider
+metadata: {name: cloudflare}
+spec:
+  zones: [{name: auth.example.com}]
+  cloudflare:
+    apiTokenSecretRef: {name: cloudflare-token, key: token}
+    baseURL: "http://127.0.0.1:${p_cf}/client/v4/"
+  edge:
+    target: "{{ .Hostname }}.cdn.cloudflare.net"
+  healthCheck:
+    url: "http://127.0.0.1:${p_edge_cf}/healthz"
+    interval: 1s
+    timeout: 500ms
+    failbackHoldDown: 5s
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: EdgeProvider
+metadata: {name: aws}
+spec:
+  zones: [{name: auth.example.com}]
+  route53:
+    endpoint: "http://127.0.0.1:${p_r53}"
+    credentialsSecretRef: {name: aws-credentials}
+  edge: {target: edge-aws.example.net}
+  healthCheck:
+    url: "http://127.0.0.1:${p_edge_aws}/healthz"
+    interval: 1s
+    timeout: 500ms
+    failbackHoldDown: 5s
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: TenantRoute
+metadata: {name: acme, namespace: tenants}
+spec:
+  tenantID: acme
+  region: eu-west
+  hostnames: [acme.auth.example.com, login.acme.com]
+  edges: [cloudflare, aws]
+---
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: TenantRoute
+metadata: {name: globex, namespace: tenants}
+spec:
+  tenantID: globex
+  region: us-east
+  hostnames: [globex.auth.example.com]
+  edges: [cloudflare, aws]
+YAML
+note "the proxy keeps routes in memory for 2 s here (30 s by default), so that step 8 shows Redis at work"
+note "the objects are config/samples pointed at the local endpoints, with 1 s health checks and a 5 s hold-down"
+show kubectl apply -f "${dir}/objects.yaml"
+
+ready() { [[ "$(kubectl -n tenants get tenantroute "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
+active() { [[ "$(kubectl -n tenants get tenantroute "$1" -o jsonpath='{.status.activeEdge}')" == "$2" ]]; }
+check "TenantRoute acme is Ready" 60 ready acme
+check "TenantRoute globex is Ready" 60 ready globex
+show kubectl get tenantroutes -A
+show kubectl get edgeproviders
+show kubectl get regions
+
+# --- records ---------------------------------------------------------------------------
+say "4. The records, in both providers at once, pointing at the active edge (Cloudflare)"
+cf_records() { curl -sf "http://127.0.0.1:${p_cf}/__admin/records"; }
+r53_records() { curl -sf "http://127.0.0.1:${p_r53}/__admin/records"; }
+cf_points() { cf_records | grep -qE "^$1	CNAME	[0-9]+	$2	"; }
+r53_points() { r53_records | grep -qE "^$1\.	CNAME	[0-9]+	$2\.$"; }
+check "Cloudflare has acme.auth.example.com -> the Cloudflare edge" 30 cf_points acme.auth.example.com acme.auth.example.com.cdn.cloudflare.net
+check "Route53 has acme.auth.example.com -> the Cloudflare edge" 30 r53_points acme.auth.example.com acme.auth.example.com.cdn.cloudflare.net
+note "Cloudflare (name, type, TTL, content, proxied, comment = ownership marker):"
+show curl -s "http://127.0.0.1:${p_cf}/__admin/records"
+note "Route53 (name, type, TTL, values; ownership in the _tenantroute-* registry records):"
+show curl -s "http://127.0.0.1:${p_r53}/__admin/records"
+note "login.acme.com is a custom domain: no record; the tenant creates the CNAME status tells:"
+show kubectl -n tenants get tenantroute acme -o jsonpath='{.status.customDomains}{"\n"}'
+
+# --- routing ---------------------------------------------------------------------------
+say "5. Requests through the proxy reach the tenant's own region"
+routed() { curl -sf -H "Host: $1" "${proxy}/" | grep -q "\"region\":\"$2\""; }
+check "acme.auth.example.com is served by eu-west" 30 routed acme.auth.example.com eu-west
+check "login.acme.com (custom domain) is served by eu-west" 30 routed login.acme.com eu-west
+check "globex.auth.example.com is served by us-east" 30 routed globex.auth.example.com us-east
+show curl -s -H "Host: acme.auth.example.com" "${proxy}/login"
+show curl -s -H "Host: globex.auth.example.com" "${proxy}/"
+show curl -s -o /dev/null -w '%{http_code} for an unknown host\n' -H "Host: nobody.example.com" "${proxy}/"
+
+# --- failover --------------------------------------------------------------------------
+say "6. The Cloudflare edge fails: traffic moves to the AWS edge"
+show curl -s -X POST "http://127.0.0.1:${p_edge_cf}/down"
+check "every record in Cloudflare points at the AWS edge" 30 cf_points acme.auth.example.com edge-aws.example.net
+check "every record in Route53 points at the AWS edge" 30 r53_points acme.auth.example.com edge-aws.example.net
+check "globex moved too" 30 cf_points globex.auth.example.com edge-aws.example.net
+check "acme reports the AWS edge active" 30 active acme aws
+show kubectl get tenantroutes -A
+show kubectl get edgeproviders
+check "each TenantRoute got a FailedOver event" 10 bash -c "kubectl get events -n tenants --field-selector reason=FailedOver -o name | wc -l | grep -qx 2"
+show kubectl get events -n tenants --field-selector reason=FailedOver
+show kubectl get events --field-selector reason=FailedOver
+check "requests are still served from eu-west" 10 routed acme.auth.example.com eu-west
+
+say "7. It recovers: after 2 good probes and the 5 s hold-down, traffic fails back"
+show curl -s -X POST "http://127.0.0.1:${p_edge_cf}/up"
+check "records point at the Cloudflare edge again" 60 cf_points acme.auth.example.com acme.auth.example.com.cdn.cloudflare.net
+check "in Route53 too" 30 r53_points acme.auth.example.com acme.auth.example.com.cdn.cloudflare.net
+check "acme reports the Cloudflare edge active" 30 active acme cloudflare
+check "each TenantRoute got one FailedBack event" 10 bash -c "kubectl get events -n tenants --field-selector reason=FailedBack -o name | wc -l | grep -qx 2"
+show kubectl get events -n tenants --field-selector reason=FailedBack
+
+# --- cache outage ------------------------------------------------------------------------
+say "8. Redis, the proxy's shared cache, dies: requests are still answered"
+if [[ ${#redis_args[@]} -gt 0 ]]; then
+  redis_pid=$(awk '$2 == "redis" {print $1}' "${dir}/pids")
+  show kill -9 "${redis_pid}"
+  failures=0
+  # Over 4 s the in-memory routes expire twice: lookups go to Redis, find it dead, and
+  # the lookup falls through to the source of truth.
+  for i in $(seq 200); do
+    host=acme.auth.example.com; region=eu-west
+    (( i % 2 )) && { host=globex.auth.example.com; region=us-east; }
+    curl -sf -H "Host: ${host}" "${proxy}/" | grep -q "\"region\":\"${region}\"" || failures=$((failures + 1))
+    sleep 0.02
+  done
+  note "200 requests over 4 s with Redis dead: ${failures} failed or misrouted"
+  check "no request failed while Redis was down" 1 test "${failures}" -eq 0
+  check "lookups found Redis dead and fell through to the source" 10 bash -c \
+    "curl -s http://127.0.0.1:${p_metrics}/metrics | grep -qE 'layer=\"redis\",result=\"(error|breaker_open)\"' &&
+     curl -s http://127.0.0.1:${p_metrics}/metrics | grep -qE 'layer=\"source\",result=\"hit\"'"
+  show bash -c "curl -s http://127.0.0.1:${p_metrics}/metrics | grep -E '^tenantroute_proxy_lookups_total'"
+else
+  note "skipped: redis-server is not installed"
+fi
+
+say "The story is over."
+note "Everything it used is in ${dir} (logs, kubeconfig, objects.yaml)."
+if [[ "${interactive}" == 1 ]]; then
+  printf '\nThe demo keeps running for exploration. Try:\n'
+  printf '  export KUBECONFIG=%s\n' "${dir}/kubeconfig"
+  printf '  kubectl get tenantroutes,edgeproviders,regions -A\n'
+  printf '  curl -H "Host: acme.auth.example.com" %s/\n' "${proxy}"
+  printf '  curl -X POST http://127.0.0.1:%s/down      # the Cloudflare edge fails\n' "${p_edge_cf}"
+  printf '  curl -X PUT http://127.0.0.1:%s/__admin/faults -d %s   # the Cloudflare API fails\n' "${p_cf}" "'{\"outage\": true}'"
+  printf 'Stop it with Ctrl-C, or make demo-down from another shell.\n'
+  while true; do sleep 3600; done
+fi

@@ -1,0 +1,156 @@
+// Command demo holds the pieces of the local demo that are not the operator itself:
+//
+//	demo controlplane -dir D   run etcd and kube-apiserver (built under bin/k8s) and
+//	                           write D/kubeconfig; stop on SIGTERM
+//	demo servers ...           two edges' health endpoints and two regions' backends
+//	demo freeports N           print N free local TCP ports
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		log.Fatal("usage: demo controlplane|servers|freeports ...")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "controlplane":
+		err = controlPlane(ctx, os.Args[2:])
+	case "servers":
+		err = servers(ctx, os.Args[2:])
+	case "freeports":
+		err = freePorts(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func controlPlane(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("controlplane", flag.ExitOnError)
+	dir := fs.String("dir", ".demo", "where to write the kubeconfig")
+	_ = fs.Parse(args)
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
+	// A short stop timeout: the operator's open watches would otherwise hold
+	// kube-apiserver's graceful stop for 20 s.
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStopTimeout: 5 * time.Second}
+	if _, err := env.Start(); err != nil {
+		return fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	user, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(*dir, "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	log.Printf("kube-apiserver at %s; kubeconfig %s", env.Config.Host, path)
+	<-ctx.Done()
+	return nil
+}
+
+// servers runs the edges' health endpoints (GET /healthz; POST /down and /up switch
+// them) and the regions' backends (they answer with their region and what they got).
+func servers(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("servers", flag.ExitOnError)
+	edges := map[string]*string{
+		"cloudflare": fs.String("edge-cloudflare", "127.0.0.1:0", "health endpoint of the Cloudflare edge"),
+		"aws":        fs.String("edge-aws", "127.0.0.1:0", "health endpoint of the AWS edge"),
+	}
+	regions := map[string]*string{
+		"eu-west": fs.String("region-eu-west", "127.0.0.1:0", "backend of region eu-west"),
+		"us-east": fs.String("region-us-east", "127.0.0.1:0", "backend of region us-east"),
+	}
+	_ = fs.Parse(args)
+	var srvs []*http.Server
+	for name, addr := range edges {
+		var down atomic.Bool
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if down.Load() {
+				http.Error(w, name+" edge is down", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintf(w, "%s edge is up\n", name)
+		})
+		mux.HandleFunc("POST /down", func(w http.ResponseWriter, _ *http.Request) { down.Store(true); fmt.Fprintln(w, "down") })
+		mux.HandleFunc("POST /up", func(w http.ResponseWriter, _ *http.Request) { down.Store(false); fmt.Fprintln(w, "up") })
+		srvs = append(srvs, &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+	}
+	for region, addr := range regions {
+		srvs = append(srvs, &http.Server{Addr: *addr, ReadHeaderTimeout: 5 * time.Second,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(map[string]string{
+					"region": region, "tenant": r.Header.Get("X-Tenant-ID"), "host": r.Host,
+					"path": r.URL.Path, "forwardedFor": r.Header.Get("X-Forwarded-For"),
+				})
+			})})
+	}
+	errs := make(chan error, len(srvs))
+	for _, s := range srvs {
+		go func() { errs <- s.ListenAndServe() }()
+	}
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		for _, s := range srvs {
+			_ = s.Close()
+		}
+		return nil
+	}
+}
+
+func freePorts(args []string) error {
+	n := 1
+	if len(args) > 0 {
+		if _, err := fmt.Sscan(args[0], &n); err != nil {
+			return err
+		}
+	}
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return nil
+}
