@@ -88,12 +88,14 @@ start() { # name, command...: run in the background, log to $dir/name.log
 }
 down() {
   trap - EXIT INT TERM
+  [[ -n "${sleep_pid:-}" ]] && kill "${sleep_pid}" 2>/dev/null
   [[ -s "${dir}/pids" ]] && note "stopping the demo's processes"
   stop_pids
   rm -f "${dir}/demo.pid"
 }
 trap down EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 0' TERM # make demo-down
 
 # --- build ----------------------------------------------------------------------------
 say "Building what is missing (the API server takes about 6 minutes the very first time)"
@@ -304,5 +306,6 @@ if [[ "${interactive}" == 1 ]]; then
   printf '  curl -X POST http://127.0.0.1:%s/down      # the Cloudflare edge fails\n' "${p_edge_cf}"
   printf '  curl -X PUT http://127.0.0.1:%s/__admin/faults -d %s   # the Cloudflare API fails\n' "${p_cf}" "'{\"outage\": true}'"
   printf 'Stop it with Ctrl-C, or make demo-down from another shell.\n'
-  while true; do sleep 3600; done
+  # wait, unlike a foreground sleep, lets the traps run as soon as a signal comes.
+  while true; do sleep 3600 & sleep_pid=$!; wait "${sleep_pid}"; done
 fi
