@@ -15,10 +15,45 @@ type Account struct {
 	// Fingerprint identifies the spec and Secret the account was built from.
 	Fingerprint string
 	Provider    *providers.Cached
-	// Queues by zone name; a zone that could not be resolved has none.
-	Queues map[string]*zonequeue.Queue
 
+	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.RWMutex
+	queues map[string]*zonequeue.Queue // by zone name; a zone not resolved yet has none
+}
+
+// NewAccount returns an account without queues.
+func NewAccount(edge, fingerprint string, p *providers.Cached) *Account {
+	return &Account{Edge: edge, Fingerprint: fingerprint, Provider: p, queues: map[string]*zonequeue.Queue{}}
+}
+
+// Queue returns the apply queue of a zone.
+func (a *Account) Queue(zone string) (*zonequeue.Queue, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	q, ok := a.queues[zone]
+	return q, ok
+}
+
+// Queues returns the apply queues by zone name.
+func (a *Account) Queues() map[string]*zonequeue.Queue {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make(map[string]*zonequeue.Queue, len(a.queues))
+	for k, v := range a.queues {
+		out[k] = v
+	}
+	return out
+}
+
+// AddQueue adds a zone's queue, running it when the account is installed.
+func (a *Account) AddQueue(zone string, q *zonequeue.Queue) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queues[zone] = q
+	if a.ctx != nil {
+		go q.Run(a.ctx)
+	}
 }
 
 // Accounts holds the Account of every EdgeProvider that is ready.
@@ -52,10 +87,12 @@ func (a *Accounts) Get(edge string) *Account {
 // account it replaces.
 func (a *Accounts) Set(acct *Account) {
 	ctx, cancel := context.WithCancel(a.ctx)
-	acct.cancel = cancel
-	for _, q := range acct.Queues {
+	acct.mu.Lock()
+	acct.ctx, acct.cancel = ctx, cancel
+	for _, q := range acct.queues {
 		go q.Run(ctx)
 	}
+	acct.mu.Unlock()
 	a.mu.Lock()
 	old := a.byEdge[acct.Edge]
 	a.byEdge[acct.Edge] = acct
@@ -107,7 +144,7 @@ func (a *Accounts) expediteAll() {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	for _, acct := range a.byEdge {
-		for _, q := range acct.Queues {
+		for _, q := range acct.Queues() {
 			q.Expedite()
 		}
 	}

@@ -40,6 +40,9 @@ const (
 	ReasonPinned     ActiveEdgeReason = "Pinned"      // Manual mode
 	ReasonFailStatic ActiveEdgeReason = "FailStatic"  // no edge is healthy: the current one stays
 	ReasonNoEdge     ActiveEdgeReason = "NoEdgeFound" // none of the edges exists
+	// ReasonPinnedMissing: Manual mode names an EdgeProvider that does not exist; the
+	// current active edge stays.
+	ReasonPinnedMissing ActiveEdgeReason = "PinnedEdgeNotFound"
 )
 
 // ActiveEdge chooses the edge every record of the route points at. Automatic: the first
@@ -50,7 +53,13 @@ const (
 // edges holds the EdgeProviders that exist, by name; health tells an edge's health.
 func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) Health) (string, ActiveEdgeReason) {
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
-		return f.PinnedEdge, ReasonPinned
+		if _, ok := edges[f.PinnedEdge]; ok {
+			return f.PinnedEdge, ReasonPinned
+		}
+		if _, ok := edges[route.Status.ActiveEdge]; ok {
+			return route.Status.ActiveEdge, ReasonPinnedMissing
+		}
+		return "", ReasonNoEdge
 	}
 	for i, name := range route.Spec.Edges {
 		ep, ok := edges[name]

@@ -102,55 +102,72 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}()
 
 	ep.Status.Type = providerType(ep)
-	r.Monitor.Watch(ep.Name, checkOf(ep))
+	r.Monitor.Watch(ep.Name, checkOf(ep), monitorState(EdgeHealth(ep)))
 	if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) == nil {
 		setHealth(ep, edge.Unknown, edge.Probe{})
 	}
 	creds, reason, err := r.credentials(ctx, ep)
-	if err != nil {
+	switch {
+	case err != nil && reason == "":
+		// Reading the Secret failed for a passing reason: keep the account, retry.
+		return ctrl.Result{}, err
+	case err != nil:
 		r.Accounts.Remove(ep.Name)
 		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, reason, err.Error())
 		meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
 		// The Secret watch brings the EdgeProvider back when the Secret appears.
 		return ctrl.Result{}, nil
 	}
-
-	fingerprint := fmt.Sprintf("%d/%s", ep.Generation, creds.version)
-	if acct := r.Accounts.Get(ep.Name); acct != nil && acct.Fingerprint == fingerprint &&
-		meta.IsStatusConditionTrue(ep.Status.Conditions, v1.ConditionZonesReady) {
-		return ctrl.Result{RequeueAfter: r.Revalidate}, nil
-	}
-	return r.connect(ctx, ep, creds, fingerprint)
+	return r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.version))
 }
 
-// connect builds the provider client, resolves every zone and installs the account.
+// connect makes sure the EdgeProvider has an account built from its current spec and
+// Secret, with a queue for every zone that resolves. An account whose spec and Secret
+// did not change is kept, queues and pending work included: only zones that did not
+// resolve yet are tried again, and once all did, the credentials are checked at the
+// Revalidate pace.
 func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvider, creds credentials, fingerprint string) (ctrl.Result, error) {
-	p, err := r.newProvider(ctx, ep, creds)
-	if err != nil {
-		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected, err.Error())
-		return ctrl.Result{}, reconcile.TerminalError(err)
+	acct := r.Accounts.Get(ep.Name)
+	fresh := acct == nil || acct.Fingerprint != fingerprint
+	if fresh {
+		p, err := r.newProvider(ctx, ep, creds)
+		if err != nil {
+			r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected, err.Error())
+			return ctrl.Result{}, reconcile.TerminalError(err)
+		}
+		acct = NewAccount(ep.Name, fingerprint, providers.NewCached(p, r.ZoneResync))
 	}
-	cached := providers.NewCached(p, r.ZoneResync)
-	acct := &Account{Edge: ep.Name, Fingerprint: fingerprint, Provider: cached, Queues: map[string]*zonequeue.Queue{}}
 	var missing, unreachable []string
 	var rejected error
-	ep.Status.Zones = nil
+	resolvedNow := 0
 	for _, z := range ep.Spec.Zones {
-		zone, err := p.ResolveZone(ctx, providers.Zone{Name: z.Name, ID: z.ID})
+		if _, ok := acct.Queue(z.Name); ok {
+			continue
+		}
+		zone, err := acct.Provider.ResolveZone(ctx, providers.Zone{Name: z.Name, ID: z.ID})
 		switch {
 		case err == nil:
-			ep.Status.Zones = append(ep.Status.Zones, v1.ZoneStatus{Name: zone.Name, ID: zone.ID})
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
-			acct.Queues[zone.Name] = zonequeue.New(cached, zone, opts, func(owner string, o zonequeue.Outcome) {
+			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
-			})
+			}))
+			resolvedNow++
 		case isAuthError(err):
 			rejected = err
 		case providers.IsPermanent(err):
 			missing = append(missing, fmt.Sprintf("%s (%v)", z.Name, err))
 		default:
 			unreachable = append(unreachable, fmt.Sprintf("%s (%v)", z.Name, err))
+		}
+	}
+	if !fresh && resolvedNow == 0 && len(missing)+len(unreachable) == 0 && rejected == nil && len(ep.Spec.Zones) > 0 {
+		// Nothing to resolve: check that the credentials still work.
+		z := ep.Spec.Zones[0]
+		if q, ok := acct.Queue(z.Name); ok {
+			if _, err := acct.Provider.ResolveZone(ctx, q.Zone()); isAuthError(err) {
+				rejected = err
+			}
 		}
 	}
 	if rejected != nil {
@@ -160,8 +177,19 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
 		return ctrl.Result{RequeueAfter: r.Revalidate}, nil
 	}
-	r.Accounts.Set(acct)
-	if len(acct.Queues) > 0 {
+	if fresh {
+		r.Accounts.Set(acct)
+	} else if resolvedNow > 0 && r.Accounts.ready != nil {
+		r.Accounts.ready(ep.Name) // routes in the newly resolved zones were waiting
+	}
+	queues := acct.Queues()
+	ep.Status.Zones = nil
+	for _, z := range ep.Spec.Zones {
+		if q, ok := queues[z.Name]; ok {
+			ep.Status.Zones = append(ep.Status.Zones, v1.ZoneStatus{Name: z.Name, ID: q.Zone().ID})
+		}
+	}
+	if len(queues) > 0 {
 		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, ReasonCredentialsAccepted, "the provider accepted the credentials")
 	}
 	switch {
@@ -174,9 +202,20 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			"zones not found at the provider: "+strings.Join(missing, "; "))
 	default:
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, ReasonZonesResolved,
-			fmt.Sprintf("%d zones resolved", len(acct.Queues)))
+			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+}
+
+// monitorState is the health a new leader starts probing from: what the status says.
+func monitorState(h Health) edge.State {
+	switch h {
+	case Healthy:
+		return edge.Healthy
+	case Unhealthy:
+		return edge.Unhealthy
+	}
+	return edge.Unknown
 }
 
 // isAuthError reports a permanent failure caused by the credentials.
@@ -230,7 +269,7 @@ func (r *EdgeProviderReconciler) credentials(ctx context.Context, ep *v1.EdgePro
 		if apierrors.IsNotFound(err) {
 			return credentials{}, ReasonSecretNotFound, fmt.Errorf("secret %s/%s not found", r.Namespace, name)
 		}
-		return credentials{}, ReasonSecretNotFound, fmt.Errorf("reading secret %s/%s: %w", r.Namespace, name, err)
+		return credentials{}, "", fmt.Errorf("reading secret %s/%s: %w", r.Namespace, name, err)
 	}
 	var missing []string
 	value := func(key string, required bool) string {

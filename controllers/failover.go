@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,7 +130,7 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		if plan.active != route.Status.ActiveEdge {
 			moved++
 		}
-		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan.zones, plan.edges, rw.add)
+		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, rw.add)
 	}
 	f.Accounts.expediteAll()
 	return keys, moved
@@ -175,7 +176,8 @@ func (f *Failover) heartbeat(ctx context.Context) {
 		return
 	}
 	for _, ep := range list.Items {
-		if state, probe := f.Monitor.Health(ep.Name); !probe.At.IsZero() {
+		// Undecided health is not written over a decision a previous leader recorded.
+		if state, probe := f.Monitor.Health(ep.Name); !probe.At.IsZero() && state != edge.Unknown {
 			if err := f.writeHealth(ctx, ep.Name, state, probe); err != nil {
 				log.FromContext(ctx).Error(err, "heartbeat", "edge", ep.Name)
 			}
@@ -231,6 +233,20 @@ func (rw *rewrite) started() {
 	rw.tracker.sweep()
 }
 
+// forget drops an owner that is gone from every pending rewrite.
+func (t *rewriteTracker) forget(owner string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, rw := range t.active {
+		for key := range rw.pending {
+			if strings.HasSuffix(key, "\x00"+owner) {
+				delete(rw.pending, key)
+			}
+		}
+	}
+	t.sweep()
+}
+
 func (t *rewriteTracker) outcome(edgeName, zone, owner string, o zonequeue.Outcome) {
 	if !o.Synced || o.Err != nil {
 		return
@@ -277,15 +293,15 @@ func checkOf(ep *v1.EdgeProvider) edge.Check {
 // FailedOver event when its edge became unhealthy, a Normal FailedBack event when it
 // returned to its preferred edge. It sets FailedOver and EdgeHealthy.
 func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *routePlan) {
+	if plan.active == "" {
+		return // nothing to point at: status keeps the last active edge
+	}
 	old := route.Status.ActiveEdge
 	route.Status.ActiveEdge = plan.active
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
 			Message: message, ObservedGeneration: gen})
-	}
-	if len(route.Spec.Edges) == 0 || plan.active == "" {
-		return
 	}
 	preferred := route.Spec.Edges[0]
 	why := func(name string) string {
@@ -317,6 +333,9 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	}
 
 	switch {
+	case plan.reason == ReasonPinnedMissing:
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinnedMissing),
+			fmt.Sprintf("failover.pinnedEdge %s does not exist: traffic stays on %s", route.Spec.Failover.PinnedEdge, plan.active))
 	case plan.reason == ReasonPinned:
 		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinned), "failover.mode is Manual: traffic stays on "+plan.active)
 	case plan.active != preferred:

@@ -224,4 +224,17 @@ func TestManualPinIgnoresHealth(t *testing.T) {
 	if err := o.pointAt(onAWS, "a.auth.example.com"); err != nil {
 		t.Errorf("a pinned route moved: %v", err)
 	}
+
+	// The pinned EdgeProvider is deleted: nothing can be pointed at, so nothing is
+	// removed either — the Cloudflare record stays as it was.
+	if err := k8s.Delete(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonProviderError)
+	})
+	time.Sleep(3 * time.Second) // a deletion would follow within the coalescing window
+	if got := o.cfRecords()["a.auth.example.com"]; len(got) != 1 || got[0] != awsActive {
+		t.Errorf("with the pinned edge gone, the Cloudflare record became %v", got)
+	}
 }

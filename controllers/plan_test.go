@@ -44,6 +44,8 @@ func TestActiveEdge(t *testing.T) {
 		{"all unhealthy, current gone", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "fastly", "", "cf", ReasonFailStatic},
 		{"none exist", []string{"cf", "aws"}, nil, "", "", "", ReasonNoEdge},
 		{"manual pin ignores health", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": down}, "cf", "aws", "aws", ReasonPinned},
+		{"manual pin to a missing edge keeps the current one", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "cf", "aws", "cf", ReasonPinnedMissing},
+		{"manual pin to a missing edge, nothing current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "", "aws", "", ReasonNoEdge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

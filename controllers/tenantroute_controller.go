@@ -84,7 +84,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	states := r.declareRecords(route, owner, plan.zones, plan.edges, nil)
+	states := r.declareRecords(route, owner, plan, nil)
 	report := r.updateStatus(route, plan, states)
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
 	if report.rejected != nil {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
 // Reasons of a TenantRoute being deleted.
@@ -49,7 +51,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	for _, edge := range edgesOf(route) {
 		if acct := r.Accounts.Get(edge); acct != nil {
-			for zone, q := range acct.Queues {
+			for zone, q := range acct.Queues() {
 				q.Forget(owner)
 				r.Accounts.countRecords(edge, zone, owner, 0)
 			}
@@ -60,6 +62,9 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)
+	if r.rewrites != nil {
+		r.rewrites.forget(owner)
+	}
 	reconcileOutcomes.WithLabelValues("deleted").Inc()
 	return ctrl.Result{}, nil
 }
@@ -70,26 +75,52 @@ func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.Ten
 	var blocked []string
 	deleting := 0
 	for _, edge := range edgesOf(route) {
-		acct := r.Accounts.Get(edge)
-		if acct == nil {
-			err := r.Get(ctx, client.ObjectKey{Name: edge}, &v1.EdgeProvider{})
-			if err == nil {
-				blocked = append(blocked, edge+": EdgeProvider is not ready")
-			} else if !apierrors.IsNotFound(err) {
-				blocked = append(blocked, fmt.Sprintf("%s: %v", edge, err))
-			}
-			// An EdgeProvider that no longer exists cannot be reached: nothing to wait for.
+		ep := &v1.EdgeProvider{}
+		err := r.Get(ctx, client.ObjectKey{Name: edge}, ep)
+		if apierrors.IsNotFound(err) {
+			continue // an EdgeProvider that no longer exists cannot be reached: nothing to wait for
+		}
+		if err != nil {
+			blocked = append(blocked, fmt.Sprintf("%s: %v", edge, err))
 			continue
 		}
-		for zone, q := range acct.Queues {
+		acct := r.Accounts.Get(edge)
+		if acct == nil {
+			blocked = append(blocked, edge+": EdgeProvider is not ready")
+			continue
+		}
+		queues := acct.Queues()
+		// A zone that holds one of the route's names but is not resolved yet may hold its
+		// records: wait for it rather than release the route and orphan them.
+		for _, h := range route.Spec.Hostnames {
+			if z, ok := ZoneFor(ep, h); ok && queues[z.Name] == nil {
+				blocked = append(blocked, fmt.Sprintf("%s zone %s: not resolved yet", edge, z.Name))
+			}
+		}
+		for zone, q := range queues {
 			out := q.Desire(owner, nil)
 			switch {
 			case out.Err != nil:
-				blocked = append(blocked, fmt.Sprintf("%s zone %s: %v", edge, zone, out.Err))
+				blocked = append(blocked, fmt.Sprintf("%s zone %s: %s", edge, zone, errorSummary(out.Err)))
 			case !out.Synced || out.Records > 0:
 				deleting += max(out.Records, 1)
 			}
 		}
 	}
+	slices.Sort(blocked)
+	blocked = slices.Compact(blocked)
 	return blocked, deleting
+}
+
+// errorSummary says what kind of provider failure err is, without its text (request
+// ids, response bodies), so that a message about it changes only when the failure does.
+func errorSummary(err error) string {
+	kind := "unreachable or throttling"
+	if providers.IsPermanent(err) {
+		kind = "refusing the request"
+	}
+	if code := providers.ErrorCode(err); code != "" {
+		return fmt.Sprintf("provider %s (%s)", kind, code)
+	}
+	return "provider " + kind
 }

@@ -63,9 +63,12 @@ func changeKind(c providers.Change) string {
 // declareRecords hands the route's desired records to the apply queue of every zone
 // and folds the outcomes per EdgeProvider. EdgeProviders the route no longer lists
 // but has records in get an empty desire, which deletes them.
-// onPending, if set, is told of each zone where the desire is not applied yet.
-func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, zones []ZoneRecords,
-	edges map[string]*v1.EdgeProvider, onPending func(edge, zone, owner string)) []*edgeState {
+// Without an active edge nothing is declared: the records stay as they are rather
+// than being removed. onPending, if set, is told of each zone where the desire is not
+// applied yet.
+func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, plan *routePlan,
+	onPending func(edge, zone, owner string)) []*edgeState {
+	zones, edges := plan.zones, plan.edges
 	byEdge := map[string]*edgeState{}
 	var states []*edgeState
 	state := func(edge string) *edgeState {
@@ -83,6 +86,12 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s not found", name))
 		}
 	}
+	if _, ok := edges[plan.active]; !ok {
+		for _, s := range states {
+			s.errs = append(s.errs, "no active edge exists: records are left as they are")
+		}
+		return states
+	}
 	for _, zr := range zones {
 		if out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records); ok && !out.Synced && onPending != nil {
 			onPending(zr.Edge, zr.Zone, owner)
@@ -94,7 +103,7 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		}
 		s := state(p.Edge)
 		if acct := r.Accounts.Get(p.Edge); acct != nil {
-			for zone := range acct.Queues {
+			for zone := range acct.Queues() {
 				r.desire(s, zone, owner, nil)
 			}
 		} else if _, exists := edges[p.Edge]; exists {
@@ -114,7 +123,7 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 		}
 		return zonequeue.Outcome{}, false
 	}
-	q, ok := acct.Queues[zone]
+	q, ok := acct.Queue(zone)
 	if !ok {
 		if len(records) > 0 {
 			s.errs = append(s.errs, fmt.Sprintf("zone %s of EdgeProvider %s is not ready (see its ZonesReady condition)", zone, s.edge))

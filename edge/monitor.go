@@ -3,11 +3,13 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -95,15 +97,17 @@ func (m *Monitor) Start(ctx context.Context) error {
 func (m *Monitor) NeedLeaderElection() bool { return true }
 
 // Watch probes an edge with check, restarting its probing when the check changed.
-// An edge keeps its health across a change of check.
-func (m *Monitor) Watch(edge string, check Check) {
+// A newly watched edge starts from initial (the health its status last reported, so
+// that a new leader keeps its predecessor's verdict and hold-down); an edge keeps its
+// health across a change of check.
+func (m *Monitor) Watch(edge string, check Check, initial State) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w, ok := m.watched[edge]
 	if ok && w.check == check {
 		return
 	}
-	state := Unknown
+	state := initial
 	if ok {
 		w.cancel()
 		state = w.state
@@ -190,7 +194,7 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 	p := Probe{At: start}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
 	if err != nil {
-		p.Message = err.Error()
+		p.Message = "invalid health check URL"
 		return p
 	}
 	if c.HostHeader != "" {
@@ -199,13 +203,20 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 	req.Header.Set("User-Agent", "tenantroute-operator/health-check")
 	resp, err := m.client.Do(req)
 	p.Latency = time.Since(start)
+	// Messages reach TenantRoutes' events, which tenants may read: no credentials or
+	// query string of the probe URL.
+	target := req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
 	if err != nil {
-		p.Message = err.Error()
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		p.Message = fmt.Sprintf("GET %s: %v", target, err)
 		return p
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	p.OK = resp.StatusCode >= 200 && resp.StatusCode < 400
-	p.Message = fmt.Sprintf("%s %s", c.URL, resp.Status)
+	p.Message = fmt.Sprintf("%s %s", target, resp.Status)
 	return p
 }

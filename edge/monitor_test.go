@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,7 @@ func TestMonitorReportsTransitions(t *testing.T) {
 	defer cancel()
 	go func() { _ = m.Start(ctx) }()
 	m.Watch("cf", Check{URL: srv.URL + "/healthz", HostHeader: "probe.example.com", Interval: 20 * time.Millisecond,
-		Timeout: 10 * time.Millisecond, FailureThreshold: 3, SuccessThreshold: 2})
+		Timeout: 10 * time.Millisecond, FailureThreshold: 3, SuccessThreshold: 2}, Unknown)
 
 	expect := func(from, to State) Transition {
 		t.Helper()
@@ -60,10 +61,36 @@ func TestMonitorReportsTransitions(t *testing.T) {
 
 	// A closed port is a failure, reported with the error.
 	m.Watch("cf", Check{URL: "http://127.0.0.1:1/healthz", Interval: 20 * time.Millisecond, Timeout: 10 * time.Millisecond,
-		FailureThreshold: 1, SuccessThreshold: 1})
+		FailureThreshold: 1, SuccessThreshold: 1}, Unknown)
 	tr = expect(Healthy, Unhealthy)
 	if state, last := m.Health("cf"); state != Unhealthy || last.Message == "" {
 		t.Errorf("health %s, last probe %+v", state, last)
 	}
 	m.Forget("cf")
+}
+
+func TestMonitorStartsFromTheReportedHealth(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	transitions := make(chan Transition, 10)
+	m := NewMonitor()
+	m.OnTransition = func(tr Transition) { transitions <- tr }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = m.Start(ctx) }()
+	// A new leader inherits Unhealthy: healthy probes must outlast the hold-down.
+	m.Watch("cf", Check{URL: srv.URL + "/healthz?token=secret", Interval: 20 * time.Millisecond, Timeout: 10 * time.Millisecond,
+		FailureThreshold: 3, SuccessThreshold: 2, HoldDown: 300 * time.Millisecond}, Unhealthy)
+	start := time.Now()
+	select {
+	case tr := <-transitions:
+		if tr.From != Unhealthy || tr.To != Healthy || time.Since(start) < 300*time.Millisecond {
+			t.Errorf("transition %+v after %s, want Unhealthy -> Healthy after the hold-down", tr, time.Since(start))
+		}
+		if strings.Contains(tr.Probe.Message, "secret") {
+			t.Errorf("the probe message shows the URL's query: %s", tr.Probe.Message)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no failback")
+	}
 }

@@ -114,7 +114,6 @@ func (p *Proxy) upstream(rawURL string) (*upstream, error) {
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
 		StreamResponseBody:            true,
-		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 	}
 	p.upstreams[rawURL] = u
 	return u, nil
@@ -223,7 +222,11 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			p.finish(ctx, ctx.Response.StatusCode(), outcome, "")
 			return
 		}
-		u.downUntil.Store(time.Now().Add(p.opts.BackendCooldown).UnixNano())
+		// Only a backend that cannot be reached cools down; a slow answer or a full
+		// connection pool says nothing about the next request.
+		if isDialError(err) {
+			u.downUntil.Store(time.Now().Add(p.opts.BackendCooldown).UnixNano())
+		}
 		ctx.Response.Reset()
 		if !idempotent {
 			status := fasthttp.StatusBadGateway
@@ -268,11 +271,13 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 		h.Del("X-Forwarded-Proto")
 		h.Del("Forwarded")
 	}
-	// X-Forwarded-For: prior hops (when trusted), then the client.
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		buf = append(append(buf, prior...), ", "...)
+	// X-Forwarded-For: prior hops (when trusted, every header of that name), then the client.
+	buf = appendAll(buf, h.PeekAll("X-Forwarded-For"))
+	if len(buf) > 0 {
+		buf = append(buf, ", "...)
 	}
 	buf = appendIP(buf, ip)
+	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", buf)
 	if len(h.Peek("X-Forwarded-Host")) == 0 {
 		h.SetBytesV("X-Forwarded-Host", ctx.Host())
@@ -281,9 +286,9 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 		h.Set("X-Forwarded-Proto", proto)
 	}
 	// Forwarded (RFC 7239): prior elements (when trusted), then ours.
-	buf = buf[:0]
-	if prior := h.Peek("Forwarded"); len(prior) > 0 {
-		buf = append(append(buf, prior...), ", "...)
+	buf = appendAll(buf[:0], h.PeekAll("Forwarded"))
+	if len(buf) > 0 {
+		buf = append(buf, ", "...)
 	}
 	buf = append(buf, "for="...)
 	if ip.To4() == nil {
@@ -293,7 +298,10 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 	}
 	buf = strconv.AppendQuote(append(buf, ";host="...), unsafeString(ctx.Host()))
 	buf = append(append(buf, ";proto="...), proto...)
+	h.Del("Forwarded")
 	h.SetBytesV("Forwarded", buf)
+	// Del first: Set replaces only the first of several headers of one name.
+	h.Del("X-Tenant-ID")
 	h.Set("X-Tenant-ID", route.Tenant)
 	*bufp = buf
 }
@@ -399,6 +407,10 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 		go func() { _, _ = io.Copy(backend, client); closeWrite(backend); done <- struct{}{} }()
 		go func() { _, _ = io.Copy(client, bufio.NewReader(backend)); closeWrite(client); done <- struct{}{} }()
 		<-done
+		// One side is done: the other gets a few seconds to finish, not forever.
+		deadline := time.Now().Add(5 * time.Second)
+		_ = client.SetDeadline(deadline)
+		_ = backend.SetDeadline(deadline)
 		<-done
 	})
 }
@@ -422,18 +434,20 @@ type Server struct {
 // phase and streamed request bodies.
 func NewFastHTTPServer(p *Proxy) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:                       p.ServeFastHTTP,
-		Name:                          "tenantroute",
-		ReadTimeout:                   60 * time.Second,
-		WriteTimeout:                  60 * time.Second,
-		IdleTimeout:                   120 * time.Second,
-		ReadBufferSize:                16 << 10,
-		MaxRequestBodySize:            64 << 20,
-		StreamRequestBody:             true,
-		DisableHeaderNamesNormalizing: true,
-		NoDefaultServerHeader:         true,
-		NoDefaultDate:                 true,
-		CloseOnShutdown:               true,
+		Handler:            p.ServeFastHTTP,
+		Name:               "tenantroute",
+		ReadTimeout:        60 * time.Second,
+		WriteTimeout:       60 * time.Second,
+		IdleTimeout:        120 * time.Second,
+		ReadBufferSize:     16 << 10,
+		MaxRequestBodySize: 64 << 20,
+		StreamRequestBody:  true,
+		// Header names are normalised (x-tenant-id -> X-Tenant-Id) so that the proxy's
+		// Del and Set of forwarding, hop-by-hop and tenant headers match whatever case
+		// a client used: a client must not be able to send its own X-Tenant-ID.
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		CloseOnShutdown:       true,
 	}
 }
 
@@ -462,9 +476,26 @@ func (s *Server) NeedLeaderElection() bool { return false }
 // unsafeString views bytes as a string for a call that does not keep it.
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
+// appendAll joins the values of a repeated header with ", ".
+func appendAll(buf []byte, values [][]byte) []byte {
+	for i, v := range values {
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = append(buf, v...)
+	}
+	return buf
+}
+
 func appendIP(buf []byte, ip net.IP) []byte {
 	if addr, ok := netip.AddrFromSlice(ip); ok {
 		return addr.Unmap().AppendTo(buf)
 	}
 	return append(buf, "unknown"...)
+}
+
+// isDialError reports a failure to connect to a backend at all.
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.Is(err, fasthttp.ErrDialTimeout) || (errors.As(err, &opErr) && opErr.Op == "dial")
 }

@@ -44,11 +44,11 @@ func backend(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
 		w.Header().Set("Connection", "X-Internal")
 		w.Header().Set("X-Internal", "secret")
 		w.Header().Set("X-Backend", name)
-		w.Header().Set("X-Seen-Tenant", r.Header.Get("X-Tenant-ID"))
-		w.Header().Set("X-Seen-For", r.Header.Get("X-Forwarded-For"))
+		w.Header().Set("X-Seen-Tenant", strings.Join(r.Header.Values("X-Tenant-ID"), ","))
+		w.Header().Set("X-Seen-For", strings.Join(r.Header.Values("X-Forwarded-For"), ","))
 		w.Header().Set("X-Seen-Host", r.Header.Get("X-Forwarded-Host")+"|"+r.Host)
 		w.Header().Set("X-Seen-Proto", r.Header.Get("X-Forwarded-Proto"))
-		w.Header().Set("X-Seen-Forwarded", r.Header.Get("Forwarded"))
+		w.Header().Set("X-Seen-Forwarded", strings.Join(r.Header.Values("Forwarded"), ","))
 		w.Header().Set("X-Seen-Hop", r.Header.Get("X-Hop")+"|"+r.Header.Get("Keep-Alive"))
 		fmt.Fprint(w, name)
 	}))
@@ -240,5 +240,38 @@ func TestWebSocketUpgradePassesThrough(t *testing.T) {
 	echo := make([]byte, 4)
 	if _, err := io.ReadFull(r, echo); err != nil || string(echo) != "ping" {
 		t.Errorf("echo %q %v", echo, err)
+	}
+}
+
+// TestClientsCannotForgeProxyHeaders sends headers in the cases HTTP/2 front ends and
+// other clients use: the backend must see only the proxy's own tenant and forwarding
+// headers, and no hop-by-hop header.
+func TestClientsCannotForgeProxyHeaders(t *testing.T) {
+	a, _ := backend(t, "a")
+	tp := startProxy(t, map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{a.URL}}}, Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(tp.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(conn, "GET / HTTP/1.1\r\nhost: acme.example.com\r\nx-tenant-id: victim\r\nX-TENANT-ID: victim2\r\n"+
+		"x-forwarded-for: 6.6.6.6\r\nforwarded: for=6.6.6.6\r\nx-forwarded-host: evil.example.com\r\n"+
+		"connection: x-hop\r\nx-hop: 1\r\nkeep-alive: timeout=5\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for h, want := range map[string]string{
+		"X-Seen-Tenant":    "acme",
+		"X-Seen-For":       "127.0.0.1",
+		"X-Seen-Host":      "acme.example.com|acme.example.com",
+		"X-Seen-Forwarded": `for=127.0.0.1;host="acme.example.com";proto=http`,
+		"X-Seen-Hop":       "|",
+	} {
+		if got := resp.Header.Get(h); got != want {
+			t.Errorf("%s = %q, want %q", h, got, want)
+		}
 	}
 }

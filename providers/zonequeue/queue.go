@@ -40,8 +40,15 @@ type Outcome struct {
 	Applied []providers.Change
 }
 
+// summary is what makes two outcomes different for the controller: an error counts
+// by its kind and code, not its text (which carries request ids), so that retries of
+// one failure do not look like news.
 func (o Outcome) summary() string {
-	return fmt.Sprintf("%t/%d/%d/%d/%v", o.Synced, o.Records, len(o.Conflicts), len(o.Failed), o.Err)
+	errKey := ""
+	if o.Err != nil {
+		errKey = fmt.Sprintf("%t:%s", providers.IsPermanent(o.Err), providers.ErrorCode(o.Err))
+	}
+	return fmt.Sprintf("%t/%d/%d/%d/%s", o.Synced, o.Records, len(o.Conflicts), len(o.Failed), errKey)
 }
 
 // Defaults of Options.
@@ -56,8 +63,8 @@ type Options struct {
 	Quiet time.Duration
 	// MaxWait: ...or once the oldest pending desire has waited this long.
 	MaxWait time.Duration
-	// Resync re-plans owners with conflicts or failures this often, in case whoever
-	// held their names has let go.
+	// Resync lists the zone again and re-plans every owner this often: records changed
+	// behind the operator's back are repaired, released names are taken.
 	Resync time.Duration
 	// MaxBackoff caps the wait after a failed flush.
 	MaxBackoff time.Duration
@@ -180,14 +187,12 @@ func (q *Queue) markDirty(o *owner) {
 
 // Run flushes until ctx is done.
 func (q *Queue) Run(ctx context.Context) {
+	var nextAttempt time.Time // after a failed flush, no new attempt before this
 	backoff := time.Duration(0)
 	resync := time.NewTicker(q.opts.Resync)
 	defer resync.Stop()
 	for {
-		wait := q.untilFlush()
-		if backoff > wait {
-			wait = backoff
-		}
+		wait := max(q.untilFlush(), time.Until(nextAttempt))
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -198,12 +203,12 @@ func (q *Queue) Run(ctx context.Context) {
 			continue
 		case <-resync.C:
 			timer.Stop()
-			q.recheckContested()
+			q.resyncAll()
 			continue
 		case <-timer.C:
 		}
 		quiet, due := q.due()
-		if !due {
+		if !due || time.Now().Before(nextAttempt) {
 			continue
 		}
 		// While desires keep arriving, only full batches go out; the remainder waits
@@ -217,6 +222,7 @@ func (q *Queue) Run(ctx context.Context) {
 		default:
 			backoff = min(max(2*backoff, time.Second), q.opts.MaxBackoff)
 		}
+		nextAttempt = time.Now().Add(backoff)
 	}
 }
 
@@ -240,17 +246,25 @@ func (q *Queue) untilFlush() time.Duration {
 func (q *Queue) due() (quiet, due bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.expedite || time.Since(q.lastDesired) >= q.opts.Quiet, !q.firstDirty.IsZero()
+	if q.firstDirty.IsZero() {
+		return false, false
+	}
+	// A trickle of desires never pauses for Quiet; what it holds back still goes out
+	// once it has waited three times MaxWait.
+	quiet = q.expedite || time.Since(q.lastDesired) >= q.opts.Quiet || time.Since(q.firstDirty) >= 3*q.opts.MaxWait
+	return quiet, true
 }
 
-// recheckContested re-plans owners whose records are held by others or were rejected.
-func (q *Queue) recheckContested() {
+// resyncAll lists the zone again and re-plans every owner: records someone else
+// deleted or changed are repaired, and names someone else released are taken.
+func (q *Queue) resyncAll() {
+	if inv, ok := q.provider.(interface{ Invalidate(providers.Zone) }); ok {
+		inv.Invalidate(q.zone)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, o := range q.owners {
-		if len(o.outcome.Conflicts) > 0 || len(o.outcome.Failed) > 0 {
-			q.markDirty(o)
-		}
+		q.markDirty(o)
 	}
 }
 
@@ -262,6 +276,7 @@ func (q *Queue) Flush(ctx context.Context) error { return q.flush(ctx, false) }
 // others stay pending.
 func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	q.mu.Lock()
+	pendingSince := q.firstDirty
 	batch := map[string][]providers.Record{}
 	for key, o := range q.owners {
 		if o.dirty {
@@ -339,7 +354,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	if fullBatchesOnly {
 		var held []string
 		keys, held = q.fillBatches(keys, perOwner)
-		q.hold(held)
+		q.hold(held, pendingSince)
 		for _, key := range held {
 			delete(batch, key)
 			delete(outcomes, key)
@@ -430,8 +445,9 @@ func fullBatches(total, limit int) int {
 	return total / limit
 }
 
-// hold puts owners back in the queue for the next flush.
-func (q *Queue) hold(keys []string) {
+// hold puts owners back in the queue for the next flush; they keep the age of their
+// desires, so that a trickle cannot hold them back forever.
+func (q *Queue) hold(keys []string, pendingSince time.Time) {
 	if len(keys) == 0 {
 		return
 	}
@@ -442,7 +458,9 @@ func (q *Queue) hold(keys []string) {
 			o.dirty = true
 		}
 	}
-	q.firstDirty = time.Now()
+	if q.firstDirty.IsZero() || pendingSince.Before(q.firstDirty) {
+		q.firstDirty = pendingSince
+	}
 }
 
 // finish records the outcomes, keeps owners with an error pending, marks owners that
@@ -466,6 +484,9 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 			continue
 		}
 		out.Synced = out.Err == nil && !o.dirty
+		if out.Err != nil && out.Records == 0 {
+			out.Records = o.outcome.Records // unknown during a failure: the last count stands
+		}
 		if out.Err != nil {
 			// Retried by the next flush, after the backoff.
 			q.markDirty(o)

@@ -218,3 +218,37 @@ func BenchmarkFlushFailover10000(b *testing.B) {
 		b.Fatalf("%d changes applied", mem.changes)
 	}
 }
+
+func TestResyncRepairsRecordsChangedBehindTheOperatorsBack(t *testing.T) {
+	mem, q, n := setup()
+	q.Desire("a", cname("a.example.com"))
+	_ = q.Flush(context.Background())
+	mem.mu.Lock()
+	delete(mem.records, providers.Key{Name: "a.example.com", Type: providers.TypeCNAME})
+	mem.mu.Unlock()
+	// The same desire again is not news...
+	if out := q.Desire("a", cname("a.example.com")); !out.Synced {
+		t.Fatalf("unchanged desire: %+v", out)
+	}
+	// ...but the periodic resync re-plans every owner against a fresh listing.
+	q.resyncAll()
+	_ = q.Flush(context.Background())
+	if _, ok := mem.records[providers.Key{Name: "a.example.com", Type: providers.TypeCNAME}]; !ok {
+		t.Fatal("the deleted record was not recreated by the resync")
+	}
+	if out, _ := n.of("a"); out.Records != 1 || !out.Synced {
+		t.Errorf("outcome after the repair: %+v", out)
+	}
+}
+
+func TestHeldBackOwnersGoOutAfterThreeMaxWaits(t *testing.T) {
+	_, q, _ := setup()
+	q.Desire("a", cname("a.example.com"))
+	q.mu.Lock()
+	q.lastDesired = time.Now()                                     // the stream has not paused...
+	q.firstDirty = time.Now().Add(-3*q.opts.MaxWait - time.Second) // ...but this desire is old
+	q.mu.Unlock()
+	if quiet, due := q.due(); !due || !quiet {
+		t.Errorf("an old desire under a trickle: due %t, full flush %t; want both", due, quiet)
+	}
+}
