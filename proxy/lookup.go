@@ -142,7 +142,12 @@ func NewChain(opts ChainOptions, layers ...Layer) *Chain {
 
 // Lookup returns the route of a normalised host. A fresh cache hit allocates nothing.
 func (c *Chain) Lookup(ctx context.Context, host []byte) (*CachedRoute, Outcome) {
-	now := time.Now().UnixNano()
+	return c.LookupAt(ctx, host, time.Now().UnixNano())
+}
+
+// LookupAt is Lookup with the current time given (in Unix nanoseconds), for callers
+// that already read the clock.
+func (c *Chain) LookupAt(ctx context.Context, host []byte, now int64) (*CachedRoute, Outcome) {
 	if e := c.cache.get(host); e != nil {
 		if now < e.expires {
 			if now >= e.refreshAt && e.refreshing.CompareAndSwap(false, true) {

@@ -18,7 +18,7 @@ var (
 	}, []string{"layer", "result"})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",
-		Help:    "Time to a backend's response headers, by region.",
+		Help:    "Time from a request's arrival to its backend's response headers, by region.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"region"})
 

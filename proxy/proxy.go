@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
-	"iter"
 	"net"
 	"net/netip"
 	"net/url"
@@ -184,7 +183,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		p.finish(ctx, fasthttp.StatusBadRequest, OutcomeError, "invalid host\n")
 		return
 	}
-	route, outcome := p.chain.Lookup(ctx, host)
+	route, outcome := p.chain.LookupAt(ctx, host, ctx.Time().UnixNano())
 	observeLookup(outcome)
 	switch outcome {
 	case OutcomeNotFound:
@@ -208,9 +207,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			break
 		}
 		tried = append(tried, u)
-		began := time.Now()
 		err := u.client.Do(&ctx.Request, &ctx.Response)
-		route.observeUpstream(time.Since(began))
+		// From the request's arrival to the backend's answer: one clock read, not two.
+		route.observeUpstream(time.Since(ctx.Time()))
 		if err == nil {
 			u.downUntil.Store(0)
 			// Small bodies of known length are read whole and written with the headers
@@ -309,28 +308,18 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 var valueBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // hopByHop are the headers of one connection, never forwarded (RFC 9110 7.6.1).
+// Transfer-Encoding is left out: fasthttp frames bodies itself.
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	"Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
 type headers interface {
-	All() iter.Seq2[[]byte, []byte]
 	Peek(key string) []byte
 	Del(key string)
 }
 
-// stripHopByHop deletes the hop-by-hop headers, and those named in Connection, in one
-// pass over the headers when there are none (the common case).
+// stripHopByHop deletes the hop-by-hop headers and those named in Connection. Header
+// names are normalised, so Peek finds them in any case the client used.
 func stripHopByHop(h headers) {
-	found := false
-	for k := range h.All() {
-		if isHopByHop(k) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return
-	}
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for _, name := range strings.Split(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
@@ -339,20 +328,10 @@ func stripHopByHop(h headers) {
 		}
 	}
 	for _, name := range hopByHop {
-		if name == "Transfer-Encoding" {
-			continue // fasthttp frames bodies itself
-		}
-		h.Del(name)
-	}
-}
-
-func isHopByHop(key []byte) bool {
-	for _, name := range hopByHop {
-		if len(key) == len(name) && strings.EqualFold(unsafeString(key), name) {
-			return name != "Transfer-Encoding"
+		if len(h.Peek(name)) > 0 {
+			h.Del(name)
 		}
 	}
-	return false
 }
 
 func isIdempotent(method []byte) bool {
