@@ -5,28 +5,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/edge"
 )
 
-// Health of an edge as its EdgeProvider's status reports it.
-type Health int
-
-// Edge health values.
-const (
-	HealthUnknown Health = iota
-	Healthy
-	Unhealthy
-)
-
-// EdgeHealth reads the Healthy condition of an EdgeProvider.
-func EdgeHealth(ep *v1.EdgeProvider) Health {
+// EdgeHealth is an edge's health as its EdgeProvider's Healthy condition reports it.
+func EdgeHealth(ep *v1.EdgeProvider) edge.State {
 	c := meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy)
 	switch {
 	case c == nil || c.Status == metav1.ConditionUnknown:
-		return HealthUnknown
+		return edge.Unknown
 	case c.Status == metav1.ConditionTrue:
-		return Healthy
+		return edge.Healthy
 	default:
-		return Unhealthy
+		return edge.Unhealthy
 	}
 }
 
@@ -51,7 +42,7 @@ const (
 // edge is unhealthy, the current active edge stays (fail static): the operator never
 // moves or blanks records because its own probes fail. Manual: the pinned edge.
 // edges holds the EdgeProviders that exist, by name; health tells an edge's health.
-func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) Health) (string, ActiveEdgeReason) {
+func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) edge.State) (string, ActiveEdgeReason) {
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
 		if _, ok := edges[f.PinnedEdge]; ok {
 			return f.PinnedEdge, ReasonPinned
@@ -63,7 +54,7 @@ func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health
 	}
 	for i, name := range route.Spec.Edges {
 		ep, ok := edges[name]
-		if !ok || health(ep) == Unhealthy {
+		if !ok || health(ep) == edge.Unhealthy {
 			continue
 		}
 		if i == 0 {

@@ -102,7 +102,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}()
 
 	ep.Status.Type = providerType(ep)
-	r.Monitor.Watch(ep.Name, checkOf(ep), monitorState(EdgeHealth(ep)))
+	r.Monitor.Watch(ep.Name, checkOf(ep), EdgeHealth(ep))
 	if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) == nil {
 		setHealth(ep, edge.Unknown, edge.Probe{})
 	}
@@ -205,17 +205,6 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
-}
-
-// monitorState is the health a new leader starts probing from: what the status says.
-func monitorState(h Health) edge.State {
-	switch h {
-	case Healthy:
-		return edge.Healthy
-	case Unhealthy:
-		return edge.Unhealthy
-	}
-	return edge.Unknown
 }
 
 // isAuthError reports a permanent failure caused by the credentials.

@@ -51,8 +51,9 @@ type Failover struct {
 }
 
 // NewFailover returns the failover handler; it runs as a leader-elected runnable.
-func NewFailover() *Failover {
-	return &Failover{transitions: make(chan edge.Transition, 256), Heartbeat: 5 * time.Minute}
+func NewFailover(c client.Client, recorder events.EventRecorder, routes *TenantRouteReconciler, accounts *Accounts, monitor *edge.Monitor) *Failover {
+	return &Failover{Client: c, Recorder: recorder, Routes: routes, Accounts: accounts, Monitor: monitor,
+		transitions: make(chan edge.Transition, 256), Heartbeat: 5 * time.Minute}
 }
 
 // OnTransition is the Monitor's callback.
@@ -307,7 +308,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	why := func(name string) string {
 		if ep, ok := plan.edges[name]; !ok {
 			return name + " does not exist"
-		} else if r.health(ep) == Unhealthy {
+		} else if r.health(ep) == edge.Unhealthy {
 			return name + " is unhealthy" + r.probeNote(name)
 		}
 		return name + " is healthy"
@@ -353,9 +354,9 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 		if oldHealthy == nil || oldHealthy.Reason != ReasonFailStaticEvent {
 			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonFailStaticEvent, "Failover", "%s", message)
 		}
-	case h == Healthy:
+	case h == edge.Healthy:
 		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, plan.active+" passes its health check")
-	case h == Unhealthy:
+	case h == edge.Unhealthy:
 		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonEdgeUnhealthy, why(plan.active))
 	default:
 		set(v1.ConditionEdgeHealthy, metav1.ConditionUnknown, ReasonNotProbed, plan.active+" has not been probed yet")
@@ -365,7 +366,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 // edgeUsable reports whether an edge exists and is not unhealthy.
 func (r *TenantRouteReconciler) edgeUsable(plan *routePlan, name string) bool {
 	ep, ok := plan.edges[name]
-	return ok && r.health(ep) != Unhealthy
+	return ok && r.health(ep) != edge.Unhealthy
 }
 
 func (r *TenantRouteReconciler) probeNote(name string) string {

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenantroute/tenantroute-operator/edge"
@@ -53,7 +55,7 @@ func init() {
 func observeProvider(edge string) func(operation, code string) {
 	return func(operation, code string) {
 		providerRequests.WithLabelValues(edge, operation, code).Inc()
-		if code == "network" || code >= "400" {
+		if status, err := strconv.Atoi(code); err != nil || status >= 400 { // "network": no answer at all
 			providerErrors.WithLabelValues(edge, operation, code).Inc()
 		}
 	}

@@ -54,8 +54,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Monitor: monitor, rewrites: &rewriteTracker{},
 	}
-	failover := NewFailover()
-	failover.Client, failover.Recorder, failover.Routes, failover.Accounts, failover.Monitor = mgr.GetClient(), recorder, routes, accounts, monitor
+	failover := NewFailover(mgr.GetClient(), recorder, routes, accounts, monitor)
 	monitor.OnTransition = failover.OnTransition
 	monitor.OnProbe = observeProbe
 	if err := mgr.Add(monitor); err != nil {

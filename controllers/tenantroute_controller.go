@@ -124,13 +124,10 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 // health is an edge's health: the leader's own probes when they have decided, else
 // what the EdgeProvider's status last said (a new leader inherits its predecessor's
 // view until its probes decide).
-func (r *TenantRouteReconciler) health(ep *v1.EdgeProvider) Health {
+func (r *TenantRouteReconciler) health(ep *v1.EdgeProvider) edge.State {
 	if r.Monitor != nil {
-		switch state, _ := r.Monitor.Health(ep.Name); state {
-		case edge.Healthy:
-			return Healthy
-		case edge.Unhealthy:
-			return Unhealthy
+		if state, _ := r.Monitor.Health(ep.Name); state != edge.Unknown {
+			return state
 		}
 	}
 	return EdgeHealth(ep)
@@ -181,10 +178,9 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 	key := v.(types.NamespacedName)
 	// Creations and deletions are worth an event; updates come from failovers, whose
 	// FailedOver event says more, and from TTL edits.
-	if created, _, deleted := countActions(o.Applied); created+deleted > 0 {
+	if created, updated, deleted := countActions(o.Applied); created+deleted > 0 {
 		route := &v1.TenantRoute{}
 		if err := r.Get(context.Background(), key, route); err == nil {
-			created, updated, deleted := countActions(o.Applied)
 			r.Recorder.Eventf(route, nil, "Normal", "RecordsChanged", "ApplyRecords",
 				"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
 		}

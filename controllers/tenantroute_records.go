@@ -30,7 +30,7 @@ func (s *edgeState) add(zone string, o zonequeue.Outcome) {
 		s.errs = append(s.errs, fmt.Sprintf("zone %s: %v", zone, o.Err))
 	}
 	for _, f := range o.Failed {
-		s.rejected = append(s.rejected, fmt.Sprintf("%s %s: %v", f.Change.Name(), changeKind(f.Change), f.Err))
+		s.rejected = append(s.rejected, fmt.Sprintf("%s %s: %v", f.Change.Name(), f.Change.Type(), f.Err))
 	}
 	for _, c := range o.Conflicts {
 		holder := "a record the operator does not own"
@@ -51,13 +51,6 @@ func (s *edgeState) state() (v1.RecordState, string) {
 		return v1.RecordsPending, "changes are being applied"
 	}
 	return v1.RecordsSynced, ""
-}
-
-func changeKind(c providers.Change) string {
-	if c.New != nil {
-		return c.New.Type
-	}
-	return c.Old.Type
 }
 
 // declareRecords hands the route's desired records to the apply queue of every zone

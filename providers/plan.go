@@ -76,7 +76,7 @@ func MakePlan(current, desired []Record, owner string) Plan {
 	// Map iteration is random; a stable order makes plans reproducible and batches
 	// deterministic.
 	byKey := func(a, b Change) int {
-		return cmp.Or(cmp.Compare(a.Name(), b.Name()), cmp.Compare(changeType(a), changeType(b)))
+		return cmp.Or(cmp.Compare(a.Name(), b.Name()), cmp.Compare(a.Type(), b.Type()))
 	}
 	slices.SortFunc(deletes, byKey)
 	slices.SortFunc(updates, byKey)
@@ -95,11 +95,4 @@ func clashing(atName []Record, typ string) []Record {
 		}
 	}
 	return clash
-}
-
-func changeType(c Change) string {
-	if c.New != nil {
-		return c.New.Type
-	}
-	return c.Old.Type
 }

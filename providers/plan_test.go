@@ -57,7 +57,7 @@ func TestMakePlan(t *testing.T) {
 			plan := MakePlan(c.current, c.desired, me)
 			var got, conflicts []string
 			for _, ch := range plan.Changes {
-				got = append(got, fmt.Sprintf("%s %s %s", ch.Action, ch.Name(), changeType(ch)))
+				got = append(got, fmt.Sprintf("%s %s %s", ch.Action, ch.Name(), ch.Type()))
 			}
 			for _, cf := range plan.Conflicts {
 				conflicts = append(conflicts, cf.Desired.Name+" "+cf.Desired.Type)

@@ -80,13 +80,22 @@ type Change struct {
 	New    *Record
 }
 
-// Name is the record name the change touches.
-func (c Change) Name() string {
+// record is the record the change is about: the new one, or the old one of a delete.
+func (c Change) record() *Record {
 	if c.New != nil {
-		return c.New.Name
+		return c.New
 	}
-	return c.Old.Name
+	return c.Old
 }
+
+// Name is the record name the change touches.
+func (c Change) Name() string { return c.record().Name }
+
+// Type is the record type the change touches.
+func (c Change) Type() string { return c.record().Type }
+
+// Owner is the owner the change is made for.
+func (c Change) Owner() string { return c.record().Owner }
 
 // Zone is a DNS zone at a provider.
 type Zone struct {

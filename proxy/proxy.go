@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,16 +263,16 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 		proto = "https"
 	}
 	ip := ctx.RemoteIP()
-	if !p.opts.TrustForwarded {
-		h.Del("X-Forwarded-For")
+	trusted := p.opts.TrustForwarded
+	if !trusted {
 		h.Del("X-Forwarded-Host")
 		h.Del("X-Forwarded-Proto")
-		h.Del("Forwarded")
 	}
 	// X-Forwarded-For: prior hops (when trusted, every header of that name), then the client.
-	buf = appendAll(buf, h.PeekAll("X-Forwarded-For"))
-	if len(buf) > 0 {
-		buf = append(buf, ", "...)
+	if trusted {
+		if buf = appendAll(buf, h.PeekAll("X-Forwarded-For")); len(buf) > 0 {
+			buf = append(buf, ", "...)
+		}
 	}
 	buf = appendIP(buf, ip)
 	h.Del("X-Forwarded-For")
@@ -285,9 +284,11 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 		h.Set("X-Forwarded-Proto", proto)
 	}
 	// Forwarded (RFC 7239): prior elements (when trusted), then ours.
-	buf = appendAll(buf[:0], h.PeekAll("Forwarded"))
-	if len(buf) > 0 {
-		buf = append(buf, ", "...)
+	buf = buf[:0]
+	if trusted {
+		if buf = appendAll(buf, h.PeekAll("Forwarded")); len(buf) > 0 {
+			buf = append(buf, ", "...)
+		}
 	}
 	buf = append(buf, "for="...)
 	if ip.To4() == nil {
@@ -320,11 +321,18 @@ type headers interface {
 // stripHopByHop deletes the hop-by-hop headers and those named in Connection. Header
 // names are normalised, so Peek finds them in any case the client used.
 func stripHopByHop(h headers) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for _, name := range strings.Split(string(c), ",") {
-			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
-				h.Del(name)
-			}
+	// The tokens of Connection are read in place: browsers send "keep-alive" on every
+	// request, and only a header it names (rare) costs a string.
+	for c := h.Peek("Connection"); len(c) > 0; {
+		token := c
+		if i := bytes.IndexByte(c, ','); i >= 0 {
+			token, c = c[:i], c[i+1:]
+		} else {
+			c = nil
+		}
+		token = bytes.TrimSpace(token)
+		if len(token) > 0 && !bytes.EqualFold(token, []byte("close")) && !bytes.EqualFold(token, []byte("keep-alive")) {
+			h.Del(string(token))
 		}
 	}
 	for _, name := range hopByHop {

@@ -90,6 +90,18 @@ func (tp *testProxy) get(t *testing.T, host, path string, header http.Header) *h
 	return resp
 }
 
+// dial opens a raw connection to the proxy, for requests net/http would not send.
+func (tp *testProxy) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(tp.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	return conn
+}
+
 func body(t *testing.T, resp *http.Response) string {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -221,12 +233,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 func TestWebSocketUpgradePassesThrough(t *testing.T) {
 	a, _ := backend(t, "a")
 	tp := startProxy(t, map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{a.URL}}}, Options{})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(tp.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn := tp.dial(t)
 	fmt.Fprint(conn, "GET /ws HTTP/1.1\r\nHost: acme.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 	r := bufio.NewReader(conn)
@@ -249,12 +256,7 @@ func TestWebSocketUpgradePassesThrough(t *testing.T) {
 func TestClientsCannotForgeProxyHeaders(t *testing.T) {
 	a, _ := backend(t, "a")
 	tp := startProxy(t, map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{a.URL}}}, Options{})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(tp.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn := tp.dial(t)
 	fmt.Fprint(conn, "GET / HTTP/1.1\r\nhost: acme.example.com\r\nx-tenant-id: victim\r\nX-TENANT-ID: victim2\r\n"+
 		"x-forwarded-for: 6.6.6.6\r\nforwarded: for=6.6.6.6\r\nx-forwarded-host: evil.example.com\r\n"+
 		"connection: x-hop\r\nx-hop: 1\r\nkeep-alive: timeout=5\r\n\r\n")

@@ -177,8 +177,8 @@ func (p *Provider) group(all []record) []providers.Record {
 	var order []providers.Key
 	mixed := map[providers.Key]bool{}
 	for _, r := range all {
-		owner, _ := strings.CutPrefix(r.Comment, commentPrefix)
-		if !strings.HasPrefix(r.Comment, commentPrefix) {
+		owner, ours := strings.CutPrefix(r.Comment, commentPrefix)
+		if !ours {
 			owner = ""
 		}
 		key := providers.Key{Name: providers.CanonicalName(r.Name), Type: r.Type}

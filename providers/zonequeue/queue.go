@@ -370,18 +370,18 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		"applied", len(res.Applied), "failed", len(res.Failed), "fullBatchesOnly", fullBatchesOnly, "error", applyErr)
 	done := map[string]int{}
 	for _, c := range res.Applied {
-		key := changeOwner(c)
+		key := c.Owner()
 		outcomes[key].Applied = append(outcomes[key].Applied, c)
 		done[key]++
 	}
 	for _, f := range res.Failed {
-		key := changeOwner(f.Change)
+		key := f.Change.Owner()
 		outcomes[key].Failed = append(outcomes[key].Failed, f)
 		done[key]++
 	}
 	planned := map[string]int{}
 	for _, c := range changes {
-		planned[changeOwner(c)]++
+		planned[c.Owner()]++
 	}
 	for key, out := range outcomes {
 		if done[key] < planned[key] {
@@ -511,13 +511,6 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 			q.notify(n.owner, n.outcome)
 		}
 	}
-}
-
-func changeOwner(c providers.Change) string {
-	if c.New != nil {
-		return c.New.Owner
-	}
-	return c.Old.Owner
 }
 
 func hashRecords(rs []providers.Record) uint64 {
