@@ -74,8 +74,7 @@ func main() {
 	flag.DurationVar(&c.chain.TTL, "route-cache-ttl", 30*time.Second, "How long the proxy keeps a route in memory; hot routes are refreshed before.")
 	flag.DurationVar(&c.chain.MaxStale, "route-max-stale", time.Hour, "How long past its TTL a route is served when every source fails.")
 	flag.DurationVar(&c.chain.LayerTimeout, "route-lookup-timeout", 250*time.Millisecond, "Time budget of each route source (Redis, the lookup endpoint) per lookup.")
-	flag.DurationVar(&c.upstream.UpstreamTimeout, "upstream-timeout", 30*time.Second, "Timeout of each write to and read from a backend.")
-	flag.BoolVar(&c.upstream.TrustForwarded, "trust-forwarded-headers", false, "Append to clients' X-Forwarded-*/Forwarded headers instead of replacing them (behind a trusted load balancer only).")
+	bindProxyFlags(flag.CommandLine, &c.upstream, &c.chain)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

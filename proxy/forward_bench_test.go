@@ -24,11 +24,11 @@ func BenchmarkForward(b *testing.B) {
 	}()
 	dial := func(string) (net.Conn, error) { return backendLn.Dial() }
 
-	run := func(b *testing.B, handler fasthttp.RequestHandler, srv *fasthttp.Server) {
+	run := func(b *testing.B, handler fasthttp.RequestHandler, srv *fasthttp.Server, wrap func(net.Listener) net.Listener) {
 		ln := fasthttputil.NewInmemoryListener()
 		defer ln.Close()
 		srv.Handler = handler
-		go func() { _ = srv.Serve(ln) }()
+		go func() { _ = srv.Serve(wrap(ln)) }()
 		client := &fasthttp.HostClient{Addr: "proxy", Dial: func(string) (net.Conn, error) { return ln.Dial() }, MaxConns: 64}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -51,7 +51,7 @@ func BenchmarkForward(b *testing.B) {
 			if err := up.Do(&ctx.Request, &ctx.Response); err != nil {
 				ctx.Error(err.Error(), 502)
 			}
-		}, &fasthttp.Server{})
+		}, &fasthttp.Server{}, func(ln net.Listener) net.Listener { return ln })
 	})
 	b.Run("proxy", func(b *testing.B) {
 		p := New(NewChain(ChainOptions{TTL: time.Hour}, &fakeLayer{name: "source", routes: map[string]Route{
@@ -61,7 +61,7 @@ func BenchmarkForward(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		u.client.Dial = dial
-		run(b, p.ServeFastHTTP, NewFastHTTPServer(p))
+		u.pool.Dial = dial
+		run(b, p.ServeFastHTTP, p.newServer(), p.Listener)
 	})
 }

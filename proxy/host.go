@@ -78,3 +78,42 @@ func validDNSName(name []byte) bool {
 	}
 	return label > 0 && name[len(name)-1] != '-'
 }
+
+// validTarget checks a request-target as strictly as Go's net/http does, so that no
+// backend reads a target the proxy let through differently: origin-form ("/path?q"),
+// absolute-form (http or https), or "*" for OPTIONS; no control character; in the
+// path, every '%' starts an escape of two hex digits. fasthttp itself accepts more.
+func validTarget(uri []byte, options bool) bool {
+	switch {
+	case len(uri) == 0:
+		return false
+	case uri[0] == '/':
+	case len(uri) == 1 && uri[0] == '*':
+		return options
+	case hasPrefixFold(uri, "http://"), hasPrefixFold(uri, "https://"):
+	default:
+		return false
+	}
+	inPath := true
+	for i := 0; i < len(uri); i++ {
+		switch c := uri[i]; {
+		case c <= ' ' || c == 0x7f:
+			return false
+		case c == '?':
+			inPath = false
+		case c == '%' && inPath:
+			if i+2 >= len(uri) || !isHex(uri[i+1]) || !isHex(uri[i+2]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func hasPrefixFold(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && bytes.EqualFold(b[:len(prefix)], []byte(prefix))
+}

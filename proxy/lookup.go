@@ -13,7 +13,7 @@ package proxy
 import (
 	"context"
 	"errors"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
@@ -71,8 +71,12 @@ type ChainOptions struct {
 	// BreakerFailures consecutive failures open a layer's breaker for BreakerCooldown.
 	BreakerFailures uint32
 	BreakerCooldown time.Duration
-	// MaxEntries bounds the in-process cache.
+	// MaxEntries bounds the in-process cache of routes.
 	MaxEntries int
+	// MaxNegativeEntries bounds the cache of hosts without a route. It is a space of
+	// its own: a flood of random hosts evicts only other random hosts, never a route
+	// or the stale copy that would be served when every layer fails.
+	MaxNegativeEntries int
 	// Observe, if set, is told of each layer's answer: layer, result (hit, miss, error,
 	// breaker_open).
 	Observe func(layer, result string)
@@ -103,6 +107,9 @@ func (o *ChainOptions) defaults() {
 	if o.MaxEntries == 0 {
 		o.MaxEntries = 1 << 20
 	}
+	if o.MaxNegativeEntries == 0 {
+		o.MaxNegativeEntries = 100_000
+	}
 	if o.Observe == nil {
 		o.Observe = func(string, string) {}
 	}
@@ -117,16 +124,17 @@ type guarded struct {
 // Chain looks routes up through the in-process cache and its layers, in order; the
 // last layer is the source of truth.
 type Chain struct {
-	opts   ChainOptions
-	cache  *routeCache
-	layers []*guarded
-	flight singleflight.Group
+	opts     ChainOptions
+	cache    *routeCache
+	negative *negativeCache
+	layers   []*guarded
+	flight   singleflight.Group
 }
 
 // NewChain returns a chain over layers; the last is the source of truth.
 func NewChain(opts ChainOptions, layers ...Layer) *Chain {
 	opts.defaults()
-	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries)}
+	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries), negative: newNegativeCache(opts.MaxNegativeEntries)}
 	for _, l := range layers {
 		c.layers = append(c.layers, &guarded{Layer: l, breaker: gobreaker.NewCircuitBreaker[Route](gobreaker.Settings{
 			Name:        l.Name(),
@@ -153,14 +161,14 @@ func (c *Chain) LookupAt(ctx context.Context, host []byte, now int64) (*CachedRo
 			if now >= e.refreshAt && e.refreshing.CompareAndSwap(false, true) {
 				go c.refresh(string(host))
 			}
-			switch {
-			case e.route == nil:
-				return nil, OutcomeNotFound
-			case e.stale:
+			if e.stale {
 				return e.route, OutcomeStale
 			}
 			return e.route, OutcomeHit
 		}
+	}
+	if c.negative.has(host, now) {
+		return nil, OutcomeNotFound
 	}
 	v, _, _ := c.flight.Do(string(host), func() (any, error) {
 		r, o := c.resolve(ctx, string(host))
@@ -202,12 +210,14 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 		case err == nil:
 			c.opts.Observe(l.Name(), "hit")
 			cr := newCachedRoute(r)
-			c.store(host, cr, c.opts.TTL)
+			c.store(host, cr)
+			c.negative.delete(host)
 			return cr, OutcomeResolved
 		case errors.Is(err, ErrNotFound):
 			c.opts.Observe(l.Name(), "miss")
 			if authoritative {
-				c.store(host, nil, c.opts.NegativeTTL)
+				c.cache.delete(host)
+				c.negative.put(host, time.Now().Add(c.opts.NegativeTTL).UnixNano())
 				return nil, OutcomeNotFound
 			}
 		case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
@@ -220,7 +230,7 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 	// kept for a second at a time, so that meanwhile requests are answered from the
 	// cache and one background refresh a second tries the layers again.
 	now := time.Now()
-	if e := c.cache.get([]byte(host)); e != nil && e.route != nil && now.UnixNano() < e.staleUntil {
+	if e := c.cache.get([]byte(host)); e != nil && now.UnixNano() < e.staleUntil {
 		c.cache.put(host, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
 			expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
 		return e.route, OutcomeStale
@@ -242,18 +252,17 @@ func (c *Chain) probe(l *guarded, host string) {
 	}()
 }
 
-func (c *Chain) store(host string, r *CachedRoute, ttl time.Duration) {
+func (c *Chain) store(host string, r *CachedRoute) {
 	now := time.Now()
-	e := &cacheEntry{route: r, expires: now.Add(ttl).UnixNano(), refreshAt: now.Add(ttl * 3 / 4).UnixNano(),
-		staleUntil: now.Add(ttl + c.opts.MaxStale).UnixNano()}
-	if r != nil {
-		e.refreshAt = now.Add(c.opts.RefreshAfter).UnixNano()
-	}
-	c.cache.put(host, e)
+	c.cache.put(host, &cacheEntry{route: r, expires: now.Add(c.opts.TTL).UnixNano(),
+		refreshAt: now.Add(c.opts.RefreshAfter).UnixNano(), staleUntil: now.Add(c.opts.TTL + c.opts.MaxStale).UnixNano()})
 }
 
-// Invalidate drops a host from the in-process cache.
-func (c *Chain) Invalidate(host string) { c.cache.delete(host) }
+// Invalidate drops a host from the in-process caches.
+func (c *Chain) Invalidate(host string) {
+	c.cache.delete(host)
+	c.negative.delete(host)
+}
 
 // CachedRoute is a route as the proxy uses it; it is immutable but for its counters.
 type CachedRoute struct {
@@ -268,83 +277,3 @@ func newCachedRoute(r Route) *CachedRoute {
 }
 
 func (r *CachedRoute) observeUpstream(d time.Duration) { r.latency.Observe(d.Seconds()) }
-
-type cacheEntry struct {
-	route      *CachedRoute // nil: no route (negative entry)
-	expires    int64        // unix nanoseconds
-	refreshAt  int64
-	staleUntil int64 // the route may be served stale until then
-	stale      bool  // kept only because every layer failed
-	refreshing atomic.Bool
-}
-
-// routeCache is a sharded map whose shards are replaced whole on write (copy on
-// write): a read is an atomic load and a map index with a []byte key, no lock and no
-// allocation, so the hot path scales across cores. Writes (a miss, a refresh) copy
-// one shard of 1/256th of the hosts.
-type routeCache struct {
-	shards   [256]cacheShard
-	perShard int
-}
-
-type cacheShard struct {
-	mu      sync.Mutex // serialises writers
-	entries atomic.Pointer[map[string]*cacheEntry]
-}
-
-func newRouteCache(max int) *routeCache {
-	c := &routeCache{}
-	c.perShard = max/len(c.shards) + 1
-	for i := range c.shards {
-		m := map[string]*cacheEntry{}
-		c.shards[i].entries.Store(&m)
-	}
-	return c
-}
-
-func (c *routeCache) shard(host []byte) *cacheShard {
-	var h uint32 = 2166136261
-	for _, b := range host {
-		h = (h ^ uint32(b)) * 16777619
-	}
-	return &c.shards[h%uint32(len(c.shards))]
-}
-
-func (c *routeCache) get(host []byte) *cacheEntry {
-	return (*c.shard(host).entries.Load())[string(host)]
-}
-
-func (c *routeCache) put(host string, e *cacheEntry) {
-	c.update(host, func(m map[string]*cacheEntry) {
-		if len(m) >= c.perShard {
-			// Full: drop expired entries, then, if need be, any (map order is random).
-			now := time.Now().UnixNano()
-			for k, old := range m {
-				if old.expires < now || len(m) >= c.perShard {
-					delete(m, k)
-				}
-				if len(m) < c.perShard*3/4 {
-					break
-				}
-			}
-		}
-		m[host] = e
-	})
-}
-
-func (c *routeCache) delete(host string) {
-	c.update(host, func(m map[string]*cacheEntry) { delete(m, host) })
-}
-
-func (c *routeCache) update(host string, change func(map[string]*cacheEntry)) {
-	s := c.shard([]byte(host))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := *s.entries.Load()
-	m := make(map[string]*cacheEntry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	change(m)
-	s.entries.Store(&m)
-}

@@ -16,6 +16,10 @@ var (
 		Name: "tenantroute_proxy_lookups_total",
 		Help: "Route lookups by layer (memory, redis, source) and result (hit, miss, stale, error, breaker_open).",
 	}, []string{"layer", "result"})
+	rejectedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_rejected_connections_total",
+		Help: "Client connections refused at accept by a connection limit, by the status sent (503: MaxConns, 429: MaxConnsPerIP).",
+	}, []string{"code"})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",
 		Help:    "Time from a request's arrival to its backend's response headers, by region.",
@@ -40,7 +44,7 @@ func init() {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -67,3 +71,5 @@ func observeRequest(status int, o Outcome) {
 	}
 	(*c).Inc()
 }
+
+func observeRejectedConn(code string) { rejectedConns.WithLabelValues(code).Inc() }

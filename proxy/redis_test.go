@@ -100,8 +100,8 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewFastHTTPServer(p)
-	go func() { _ = srv.Serve(ln) }()
+	srv := p.newServer()
+	go func() { _ = srv.Serve(p.Listener(ln)) }()
 	defer func() { _ = srv.Shutdown() }()
 
 	var ok, failed, misrouted atomic.Int64

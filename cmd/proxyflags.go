@@ -1,0 +1,56 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/tenantroute/tenantroute-operator/proxy"
+)
+
+// bindProxyFlags registers the proxy's limits; docs/proxy.md lists them with the
+// reasons for their defaults.
+func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOptions) {
+	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", proxy.DefaultUpstreamTimeout, "Longest wait on a backend between two reads (the response header included) or two writes; streams of any length pass while data flows.")
+	fs.DurationVar(&o.DialTimeout, "upstream-dial-timeout", proxy.DefaultDialTimeout, "Timeout of connecting to a backend, TLS handshake included.")
+	fs.DurationVar(&o.UpstreamIdleConnTimeout, "upstream-idle-conn-timeout", proxy.DefaultUpstreamIdleConnTimeout, "Pooled backend connections unused this long are closed; keep it below the backends' own keep-alive timeout.")
+	fs.IntVar(&o.MaxConnsPerBackend, "upstream-max-conns", proxy.DefaultMaxConnsPerBackend, "Connections to each backend at most.")
+	fs.IntVar(&o.MaxResponseHeaderBytes, "max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Largest backend response header; a larger one is a 502.")
+	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", proxy.DefaultMaxRequestBodyBytes, "Largest request body, whatever the method (413 past it); bodies stream, never held whole.")
+	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", proxy.DefaultMaxRequestHeaderBytes, "Largest request line and header (431 past it).")
+	fs.DurationVar(&o.ClientHeaderTimeout, "client-header-timeout", proxy.DefaultClientHeaderTimeout, "Time a client has to send a request's header (slow-header clients are cut).")
+	fs.DurationVar(&o.ClientIdleTimeout, "client-idle-timeout", proxy.DefaultClientIdleTimeout, "How long a kept-alive client connection may wait for its next request.")
+	fs.DurationVar(&o.ClientReadTimeout, "client-read-timeout", proxy.DefaultClientReadTimeout, "Longest wait between two reads of a request body.")
+	fs.DurationVar(&o.ClientWriteTimeout, "client-write-timeout", proxy.DefaultClientWriteTimeout, "Longest wait between two writes of a response to a client.")
+	fs.DurationVar(&o.TunnelIdleTimeout, "websocket-idle-timeout", proxy.DefaultTunnelIdleTimeout, "A WebSocket tunnel in which neither side sent anything for this long is closed.")
+	fs.IntVar(&o.MaxConns, "max-conns", proxy.DefaultMaxConns, "Client connections at most (503 past it).")
+	fs.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", proxy.DefaultMaxConnsPerIP, "Client connections from one address at most (429 past it); trusted proxies are exempt.")
+	fs.Func("trusted-proxies", "Comma-separated CIDRs or addresses of load balancers/CDNs whose X-Forwarded-*, Forwarded, X-Real-IP and True-Client-IP headers are kept and extended; everyone else's are replaced.", func(v string) error {
+		prefixes, err := parsePrefixes(v)
+		o.TrustedProxies = append(o.TrustedProxies, prefixes...)
+		return err
+	})
+	fs.IntVar(&chain.MaxEntries, "route-cache-size", 1<<20, "Routes kept in each proxy's memory at most.")
+	fs.IntVar(&chain.MaxNegativeEntries, "route-negative-cache-size", 100_000, "Hosts without a route remembered at most, apart from the routes: a flood of random hosts never evicts a route.")
+}
+
+func parsePrefixes(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR nor an address", item)
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return out, nil
+}

@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Proxy forwards each request to a backend of its tenant's region.
+type Proxy struct {
+	chain *Chain
+	opts  Options
+
+	mu         sync.Mutex
+	upstreams  map[string]*upstream // by backend URL
+	retryAfter string
+	bigReaders sync.Pool // response-header readers of MaxResponseHeaderBytes
+}
+
+// New returns a proxy that looks routes up through chain.
+func New(chain *Chain, opts Options) *Proxy {
+	opts.defaults()
+	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{},
+		retryAfter: strconv.Itoa(int(opts.RetryAfter.Seconds()))}
+	p.bigReaders.New = func() any { return bufio.NewReaderSize(nil, opts.MaxResponseHeaderBytes) }
+	return p
+}
+
+// smallBody is the largest response body read whole before it is forwarded.
+const smallBody = 64 << 10
+
+var hostBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// ServeFastHTTP is the proxy's request handler.
+func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+	bufp := hostBufs.Get().(*[]byte)
+	defer hostBufs.Put(bufp)
+	req := &ctx.Request
+	// The header is in: a body is bounded between reads from now on, not by the
+	// header's deadline.
+	if hasBody(&req.Header) {
+		_ = ctx.SetReadDeadline(time.Time{})
+	}
+	// Only HTTP/1.1 and 1.0 are spoken; anything else is refused rather than guessed.
+	if !req.Header.IsHTTP11() && string(req.Header.Protocol()) != "HTTP/1.0" {
+		p.refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, OutcomeError, "HTTP/1.1 or HTTP/1.0 only\n")
+		ctx.SetConnectionClose()
+		return
+	}
+	if !validTarget(req.Header.RequestURI(), req.Header.IsOptions()) {
+		p.refuse(ctx, fasthttp.StatusBadRequest, OutcomeError, "invalid request target\n")
+		ctx.SetConnectionClose()
+		return
+	}
+	// fasthttp streams a declared body whatever its length: the limit is kept here
+	// (and for chunked bodies as they are read, below).
+	if req.Header.ContentLength() > p.opts.MaxRequestBodyBytes {
+		p.refuse(ctx, fasthttp.StatusRequestEntityTooLarge, OutcomeError, "the request body is larger than the limit\n")
+		return
+	}
+	host, err := normalizeHost(ctx.Host(), *bufp)
+	if err != nil {
+		p.refuse(ctx, fasthttp.StatusBadRequest, OutcomeError, "invalid host\n")
+		return
+	}
+	route, outcome := p.chain.LookupAt(ctx, host, ctx.Time().UnixNano())
+	observeLookup(outcome)
+	switch outcome {
+	case OutcomeNotFound:
+		p.refuse(ctx, fasthttp.StatusNotFound, outcome, "no tenant is served at this host\n")
+		return
+	case OutcomeError:
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
+		p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "the route of this host cannot be looked up right now\n")
+		return
+	}
+	if isWebSocket(&req.Header) {
+		p.tunnel(ctx, route, outcome)
+		return
+	}
+	p.prepare(ctx, route)
+	if req.Header.ContentLength() == -1 {
+		req.SetBodyStream(&limitedBody{r: req.BodyStream(), left: int64(p.opts.MaxRequestBodyBytes)}, -1)
+	}
+	replayable := isReplayable(&req.Header)
+	head := req.Header.IsHead()
+	var tried []*upstream
+	// Each backend once, and one more try for a request a reused connection lost.
+	for attempts := len(route.Backends) + 1; attempts > 0; attempts-- {
+		u := p.pick(route, tried)
+		if u == nil {
+			break
+		}
+		err := u.roundTrip(req, &ctx.Response, head)
+		// From the request's arrival to the backend's answer: one clock read, not two.
+		route.observeUpstream(time.Since(ctx.Time()))
+		if err == nil {
+			u.downUntil.Store(0)
+			stripHopByHop(&ctx.Response.Header)
+			observeRequest(ctx.Response.StatusCode(), outcome)
+			return
+		}
+		ctx.Response.Reset()
+		switch {
+		case isDialError(err):
+			// Nothing was sent: another backend of the region may take it. Only a
+			// backend that cannot be reached cools down; a slow answer or a full
+			// pool says nothing about the next request.
+			u.coolDown()
+			tried = append(tried, u)
+			continue
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			p.refuse(ctx, fasthttp.StatusRequestEntityTooLarge, outcome, "the request body is larger than the limit\n")
+			return
+		case replayable && lostOnReusedConn(err):
+			continue
+		}
+		status := fasthttp.StatusBadGateway
+		if errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err) {
+			status = fasthttp.StatusGatewayTimeout
+		}
+		logBackendError(u.addr, err)
+		p.refuse(ctx, status, outcome, "the backend did not answer\n")
+		return
+	}
+	// Data residency: a tenant is only ever served by its own region.
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
+	p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "no backend of region "+route.Region+" is available\n")
+}
+
+// refuse answers the request itself. The request body may not have been read to
+// its end: the connection is closed after the answer, so that no unread body byte is
+// ever taken for the next request.
+func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, outcome Outcome, body string) {
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+	ctx.Response.SetBodyString(body)
+	if hasBody(&ctx.Request.Header) {
+		ctx.SetConnectionClose()
+	}
+	observeRequest(status, outcome)
+}
+
+// hasBody reports whether a request has a body (a positive Content-Length, or
+// chunked).
+func hasBody(h *fasthttp.RequestHeader) bool {
+	cl := h.ContentLength()
+	return cl > 0 || cl == -1
+}
+
+// isReplayable reports a request that can be sent again after a connection lost it,
+// by the rules of Go's Transport: no body, and an idempotent method or an idempotency
+// key.
+func isReplayable(h *fasthttp.RequestHeader) bool {
+	if hasBody(h) {
+		return false
+	}
+	switch string(h.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace:
+		return true
+	}
+	return len(h.Peek("Idempotency-Key")) > 0 || len(h.Peek("X-Idempotency-Key")) > 0
+}
+
+var (
+	backendLog   = logf.Log.WithName("proxy")
+	lastLogNanos atomic.Int64
+	suppressed   atomic.Int64
+)
+
+// logBackendError says why a backend's answer failed, at most once a second: a
+// broken backend under load must not flood the log.
+func logBackendError(backend string, err error) {
+	now := time.Now().UnixNano()
+	last := lastLogNanos.Load()
+	if now-last < int64(time.Second) || !lastLogNanos.CompareAndSwap(last, now) {
+		suppressed.Add(1)
+		return
+	}
+	backendLog.Info("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed.Swap(0))
+}
+
+// limitedBody fails a streamed request body past the limit with ErrBodyTooLarge. It
+// also holds back an error that arrives with data: fasthttp's chunked writer sends the
+// data and drops the error, so a broken chunk would otherwise end the body as if it
+// were complete, and the backend would take a body the client never framed.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.left < 0 {
+		return 0, fasthttp.ErrBodyTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	if b.left -= int64(n); b.left < 0 {
+		b.err = fasthttp.ErrBodyTooLarge
+		return 0, b.err
+	}
+	return holdError(n, err, &b.err)
+}
+
+// holdError returns data now and its error on the next read.
+func holdError(n int, err error, held *error) (int, error) {
+	if n > 0 && err != nil {
+		*held = err
+		return n, nil
+	}
+	return n, err
+}

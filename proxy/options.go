@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Options tune the proxy. Every limit has a default that suits a proxy facing the
+// internet behind a CDN; docs/proxy.md lists them with their flags.
+type Options struct {
+	// UpstreamTimeout bounds each wait on a backend: connecting aside, the time
+	// between two reads (the response header included) or two writes. Streams of any
+	// length pass while the backend keeps sending; a backend that stalls is cut.
+	UpstreamTimeout time.Duration
+	// DialTimeout bounds connecting to a backend (TLS handshake included).
+	DialTimeout time.Duration
+	// UpstreamIdleConnTimeout retires a pooled backend connection unused this long,
+	// below the idle timeouts backends commonly use (gunicorn 2 s, Node 5 s), so the
+	// proxy rarely picks a connection its backend is closing. A connection the backend
+	// already closed is noticed before reuse whatever this is.
+	UpstreamIdleConnTimeout time.Duration
+	// MaxConnsPerBackend sizes each backend's keep-alive pool.
+	MaxConnsPerBackend int
+	// MaxResponseHeaderBytes bounds a backend's response header; a larger one is a
+	// 502 for the client.
+	MaxResponseHeaderBytes int
+	// BackendCooldown is how long a backend that could not be reached is skipped.
+	BackendCooldown time.Duration
+	// RetryAfter is sent with 503 answers.
+	RetryAfter time.Duration
+
+	// MaxRequestBodyBytes bounds a request body, whatever its method and framing;
+	// past it the client gets 413 and the connection is closed. Bodies stream: the
+	// proxy never holds one whole.
+	MaxRequestBodyBytes int
+	// MaxRequestHeaderBytes bounds a request's line and header (431 past it).
+	MaxRequestHeaderBytes int
+	// ClientHeaderTimeout bounds receiving a request's header from its first byte
+	// (and a new connection's first request): slow-header clients are cut.
+	ClientHeaderTimeout time.Duration
+	// ClientIdleTimeout bounds the wait for the next request on a kept-alive
+	// connection.
+	ClientIdleTimeout time.Duration
+	// ClientReadTimeout and ClientWriteTimeout bound the time between two reads of a
+	// request body and between two writes of a response: a stalled client is cut, a
+	// long stream is not.
+	ClientReadTimeout  time.Duration
+	ClientWriteTimeout time.Duration
+	// TunnelIdleTimeout closes a WebSocket tunnel in which neither side sent
+	// anything for this long.
+	TunnelIdleTimeout time.Duration
+	// MaxConns bounds the proxy's client connections; MaxConnsPerIP those of one
+	// client address (trusted proxies are exempt: a CDN carries many users over few
+	// addresses). Connections past a limit are answered 503 or 429 and closed.
+	MaxConns      int
+	MaxConnsPerIP int
+	// TrustedProxies are the peers whose forwarding headers (X-Forwarded-*,
+	// Forwarded, X-Real-IP, True-Client-IP) are kept and extended; anyone else's are
+	// replaced.
+	TrustedProxies []netip.Prefix
+}
+
+// Defaults of the options; cmd/ uses them for its flags.
+const (
+	DefaultUpstreamTimeout         = 60 * time.Second
+	DefaultDialTimeout             = 3 * time.Second
+	DefaultUpstreamIdleConnTimeout = time.Second
+	DefaultMaxConnsPerBackend      = 1024
+	DefaultMaxResponseHeaderBytes  = 64 << 10
+	DefaultMaxRequestBodyBytes     = 64 << 20
+	DefaultMaxRequestHeaderBytes   = 16 << 10
+	DefaultClientHeaderTimeout     = 10 * time.Second
+	DefaultClientIdleTimeout       = 120 * time.Second
+	DefaultClientReadTimeout       = 60 * time.Second
+	DefaultClientWriteTimeout      = 60 * time.Second
+	DefaultTunnelIdleTimeout       = 10 * time.Minute
+	DefaultMaxConns                = 10000
+	DefaultMaxConnsPerIP           = 256
+)
+
+func (o *Options) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	setInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
+	}
+	set(&o.UpstreamTimeout, DefaultUpstreamTimeout)
+	set(&o.DialTimeout, DefaultDialTimeout)
+	set(&o.UpstreamIdleConnTimeout, DefaultUpstreamIdleConnTimeout)
+	set(&o.BackendCooldown, 10*time.Second)
+	set(&o.RetryAfter, 5*time.Second)
+	set(&o.ClientHeaderTimeout, DefaultClientHeaderTimeout)
+	set(&o.ClientIdleTimeout, DefaultClientIdleTimeout)
+	set(&o.ClientReadTimeout, DefaultClientReadTimeout)
+	set(&o.ClientWriteTimeout, DefaultClientWriteTimeout)
+	set(&o.TunnelIdleTimeout, DefaultTunnelIdleTimeout)
+	setInt(&o.MaxConnsPerBackend, DefaultMaxConnsPerBackend)
+	setInt(&o.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
+	setInt(&o.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
+	setInt(&o.MaxRequestHeaderBytes, DefaultMaxRequestHeaderBytes)
+	setInt(&o.MaxConns, DefaultMaxConns)
+	setInt(&o.MaxConnsPerIP, DefaultMaxConnsPerIP)
+}
+
+// trusted reports whether a peer's forwarding headers are believed.
+func (o *Options) trusted(ip netip.Addr) bool {
+	for _, p := range o.TrustedProxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}

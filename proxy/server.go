@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Server serves the proxy on a listener until its context ends.
+type Server struct {
+	Proxy *Proxy
+	// Listen address, e.g. ":8088".
+	Listen string
+}
+
+// Start implements manager.Runnable: it serves until ctx is done, then drains.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.Listen)
+	if err != nil {
+		return err
+	}
+	srv := s.Proxy.newServer()
+	errs := make(chan error, 1)
+	go func() { errs <- srv.Serve(s.Proxy.Listener(ln)) }()
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.ShutdownWithContext(shutdown)
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Serve serves the proxy on ln (wrapped by Listener) until ln is closed.
+func (p *Proxy) Serve(ln net.Listener) error { return p.newServer().Serve(p.Listener(ln)) }
+
+// newServer returns the fasthttp server of the proxy. Its own timeouts cover only
+// what fasthttp bounds per phase (the header, the keep-alive wait); the time between
+// reads and writes of bodies is bounded by the listener's connections.
+func (p *Proxy) newServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler: p.ServeFastHTTP,
+		Name:    "tenantroute",
+		// Applied from a request's first byte to the end of its header (the proxy
+		// lifts it once the header is in: bodies are bounded between reads).
+		ReadTimeout: p.opts.ClientHeaderTimeout,
+		IdleTimeout: p.opts.ClientIdleTimeout,
+		// The request line and header must fit in the read buffer (431 past it).
+		ReadBufferSize:     p.opts.MaxRequestHeaderBytes,
+		MaxRequestBodySize: p.opts.MaxRequestBodyBytes,
+		StreamRequestBody:  true,
+		// Bodies pass byte for byte: a multipart body is never parsed.
+		DisablePreParseMultipartForm: true,
+		// Header names are normalised (x-tenant-id -> X-Tenant-Id) so that Peek and Del
+		// of hop-by-hop and framing headers match any case a client used.
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		// A client that asks before sending its body learns at once that it is too
+		// large (fasthttp would otherwise say 100 Continue first).
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
+			if ctx.Request.Header.ContentLength() > p.opts.MaxRequestBodyBytes {
+				return fasthttp.StatusRequestEntityTooLarge
+			}
+			return fasthttp.StatusContinue
+		},
+		Concurrency: p.opts.MaxConns,
+	}
+}
+
+// Listener wraps ln with the proxy's connection limits (in total and per client
+// address) and with timeouts between reads and between writes of each connection.
+func (p *Proxy) Listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, opts: &p.opts, perIP: map[netip.Addr]int{}}
+}
+
+type limitListener struct {
+	net.Listener
+	opts  *Options
+	total atomic.Int64
+	mu    sync.Mutex
+	perIP map[netip.Addr]int
+}
+
+var (
+	tooManyConns      = []byte("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+	tooManyConnsForIP = []byte("HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+)
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := remoteAddr(c)
+		if reject := l.admit(ip); reject != nil {
+			observeRejectedConn(string(reject[9:12]))
+			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = c.Write(reject)
+			_ = c.Close()
+			continue
+		}
+		return newIdleConn(c, l.opts.ClientReadTimeout, l.opts.ClientWriteTimeout, func() { l.release(ip) }), nil
+	}
+}
+
+// admit counts a new connection, or returns the answer that refuses it.
+func (l *limitListener) admit(ip netip.Addr) []byte {
+	if l.total.Add(1) > int64(l.opts.MaxConns) {
+		l.total.Add(-1)
+		return tooManyConns
+	}
+	if l.opts.trusted(ip) {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perIP[ip] >= l.opts.MaxConnsPerIP {
+		l.total.Add(-1)
+		return tooManyConnsForIP
+	}
+	l.perIP[ip]++
+	return nil
+}
+
+func (l *limitListener) release(ip netip.Addr) {
+	l.total.Add(-1)
+	if l.opts.trusted(ip) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perIP[ip]--; l.perIP[ip] <= 0 {
+		delete(l.perIP, ip)
+	}
+}
+
+func remoteAddr(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}

@@ -1,0 +1,354 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is one backend: its keep-alive pool and passive health. The pool is
+// fasthttp's HostClient used for its connections only (dialing, TLS, limits, idle
+// retirement); the exchange on a connection is the proxy's own (roundTrip), so that
+// reuse, retries, header limits and streaming follow the rules a proxy needs.
+type upstream struct {
+	url       string
+	addr      string
+	tls       *tls.Config // nil for plain HTTP
+	pool      *fasthttp.HostClient
+	p         *Proxy
+	downUntil atomic.Int64
+}
+
+func (p *Proxy) upstream(rawURL string) (*upstream, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u, ok := p.upstreams[rawURL]; ok {
+		return u, nil
+	}
+	parsed, err := url.Parse(rawURL)
+	if err != nil || parsed.Host == "" || (parsed.Scheme != "http" && parsed.Scheme != "https") {
+		return nil, errors.New("invalid backend URL " + rawURL)
+	}
+	addr := parsed.Host
+	if parsed.Port() == "" {
+		addr = net.JoinHostPort(parsed.Hostname(), map[bool]string{true: "443", false: "80"}[parsed.Scheme == "https"])
+	}
+	u := &upstream{url: rawURL, addr: addr, p: p}
+	if parsed.Scheme == "https" {
+		u.tls = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: parsed.Hostname()}
+	}
+	u.pool = &fasthttp.HostClient{
+		Addr:                addr,
+		IsTLS:               u.tls != nil,
+		TLSConfig:           u.tls,
+		MaxConns:            p.opts.MaxConnsPerBackend,
+		MaxConnWaitTimeout:  p.opts.DialTimeout,
+		MaxIdleConnDuration: p.opts.UpstreamIdleConnTimeout,
+		Dial:                func(addr string) (net.Conn, error) { return u.dialTCP() },
+	}
+	p.upstreams[rawURL] = u
+	return u, nil
+}
+
+func (u *upstream) dialTCP() (net.Conn, error) {
+	c, err := fasthttp.DialDualStackTimeout(u.addr, u.p.opts.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return newIdleConn(c, u.p.opts.UpstreamTimeout, u.p.opts.UpstreamTimeout, nil), nil
+}
+
+// dial opens a connection outside the pool (for a tunnel), TLS included.
+func (u *upstream) dial() (net.Conn, error) {
+	c, err := u.dialTCP()
+	if err != nil || u.tls == nil {
+		return c, err
+	}
+	tc := tls.Client(c, u.tls)
+	_ = tc.SetDeadline(time.Now().Add(u.p.opts.DialTimeout))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+	}
+	_ = tc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+func (u *upstream) coolDown() {
+	u.downUntil.Store(time.Now().Add(u.p.opts.BackendCooldown).UnixNano())
+}
+
+// upstreamError is a failed exchange with what the retry rules need to know.
+type upstreamError struct {
+	err    error
+	reused bool // the connection had carried a request before
+	// nothing says no byte of a response arrived before the connection ended.
+	nothing bool
+}
+
+func (e *upstreamError) Error() string { return e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// lostOnReusedConn reports a request that a reused connection lost before any answer
+// (the backend closed it as the request went out): Go's Transport replays such a
+// request on a new connection when it is replayable.
+func lostOnReusedConn(err error) bool {
+	var ue *upstreamError
+	return errors.As(err, &ue) && ue.reused && ue.nothing
+}
+
+var errHeaderTooLarge = errors.New("the backend's response header is larger than the limit")
+
+// maxReuseChecks bounds how many pooled connections one request discards as closed
+// before it dials a new one.
+const maxReuseChecks = 8
+
+// roundTrip sends req on a pooled connection and reads the response header into
+// resp. A small body of known length is read whole, so that it is written to the
+// client with the header in one go; any other body streams, and its connection
+// returns to the pool once it was read to the end.
+func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, head bool) error {
+	cc, err := u.pool.AcquireConn(0, false)
+	for checks := 0; err == nil && !cc.LastUseTime().IsZero() && !reusable(cc.Conn()); checks++ {
+		u.pool.CloseConn(cc)
+		if checks == maxReuseChecks {
+			u.pool.CloseIdleConnections()
+		}
+		cc, err = u.pool.AcquireConn(0, false)
+	}
+	if err != nil {
+		return err
+	}
+	reused := !cc.LastUseTime().IsZero()
+	conn := cc.Conn()
+	release := func(reuse bool) {
+		if reuse {
+			u.pool.ReleaseConn(cc)
+		} else {
+			u.pool.CloseConn(cc)
+		}
+	}
+
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writers.Put(bw)
+	if err != nil {
+		release(false)
+		return &upstreamError{err: fmt.Errorf("writing the request: %w", err), reused: reused}
+	}
+
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(conn)
+	r, err := u.p.readResponseHead(br, resp)
+	if err != nil {
+		u.p.putReader(br, r)
+		release(false)
+		return &upstreamError{err: fmt.Errorf("reading the response: %w", err), reused: reused, nothing: errors.Is(err, io.EOF)}
+	}
+	return u.p.readResponseBody(br, r, resp, head, release)
+}
+
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
+
+// readResponseHead reads a response header into resp, skipping interim (1xx)
+// answers but 101. A header that does not fit the pooled reader is read again
+// through a larger one, up to MaxResponseHeaderBytes; the reader returned is the one
+// the body must be read from.
+func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response) (*bufio.Reader, error) {
+	r := br
+	for interim := 0; ; interim++ {
+		err := resp.Header.Read(r)
+		var small *fasthttp.ErrSmallBuffer
+		if errors.As(err, &small) && r == br && p.opts.MaxResponseHeaderBytes > br.Size() {
+			r = p.bigReaders.Get().(*bufio.Reader)
+			r.Reset(br)
+			err = resp.Header.Read(r)
+		}
+		if errors.As(err, &small) {
+			return r, errHeaderTooLarge
+		}
+		if err != nil {
+			return r, err
+		}
+		if status := resp.StatusCode(); status >= 200 || status == fasthttp.StatusSwitchingProtocols {
+			return r, nil
+		}
+		if interim == 4 {
+			return r, errors.New("too many interim responses")
+		}
+	}
+}
+
+func (p *Proxy) putReader(br, r *bufio.Reader) {
+	if r != br && r != nil {
+		r.Reset(nil)
+		p.bigReaders.Put(r)
+	}
+	br.Reset(nil)
+	readers.Put(br)
+}
+
+// readResponseBody reads or streams the body of a response whose header is in resp.
+// done is told, once the body is through, whether the connection may carry another
+// request.
+func (p *Proxy) readResponseBody(br, r *bufio.Reader, resp *fasthttp.Response, head bool, done func(reuse bool)) error {
+	keep := !resp.Header.ConnectionClose()
+	cl := resp.Header.ContentLength()
+	status := resp.StatusCode()
+	// Bytes past the response mean the backend and the proxy disagree on framing:
+	// such a connection is never reused.
+	drained := func() bool { return r.Buffered() == 0 && br.Buffered() == 0 }
+	switch {
+	case head || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified || status < 200:
+		// No body: a response without a length is not close-delimited here, though
+		// fasthttp marks it so. A backend that does close is seen at the next reuse.
+		keep = keep || cl == -2
+		clean := drained()
+		p.putReader(br, r)
+		done(keep && clean)
+		return nil
+	case cl >= 0 && cl <= smallBody:
+		resp.StreamBody = false
+		err := resp.ReadBody(r, 0)
+		clean := drained()
+		p.putReader(br, r)
+		if err != nil {
+			done(false)
+			return &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
+		}
+		done(keep && clean)
+		return nil
+	}
+	// Larger, chunked or close-delimited: stream it through fasthttp's own decoder.
+	dec := fasthttp.AcquireResponse()
+	dec.Header.SetContentLength(cl)
+	dec.StreamBody = true
+	if err := dec.ReadBody(r, 0); err != nil {
+		fasthttp.ReleaseResponse(dec)
+		p.putReader(br, r)
+		done(false)
+		return &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
+	}
+	body := &upstreamBody{dec: dec, stream: dec.BodyStream(), release: func(complete bool) {
+		clean := drained()
+		p.putReader(br, r)
+		done(complete && keep && cl != -2 && clean)
+	}}
+	if cl == -2 {
+		cl = -1 // close-delimited from the backend, chunked to the client
+	}
+	resp.SetBodyStream(body, cl)
+	return nil
+}
+
+// upstreamBody is a streamed response body; the server closes it once written (or
+// abandoned), which returns its connection to the pool only if it was read to the end.
+type upstreamBody struct {
+	dec     *fasthttp.Response
+	stream  io.Reader
+	err     error // held back until the next read (see limitedBody)
+	eof     bool
+	closed  bool
+	release func(complete bool)
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.stream.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return holdError(n, err, &b.err)
+}
+
+func (b *upstreamBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	_ = b.dec.CloseBodyStream()
+	fasthttp.ReleaseResponse(b.dec)
+	b.release(b.eof)
+	return nil
+}
+
+// pick returns the next backend of the route in round robin that is not cooling down
+// and not in tried.
+func (p *Proxy) pick(r *CachedRoute, tried []*upstream) *upstream {
+	ups := p.upstreamsOf(r)
+	n := len(ups)
+	if n == 0 {
+		return nil
+	}
+	var now int64 // read the clock only when a backend is cooling down
+	start := r.next.Add(1)
+	for i := range n {
+		u := ups[(start+uint64(i))%uint64(n)]
+		if down := u.downUntil.Load(); down != 0 {
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			if down > now {
+				continue
+			}
+		}
+		if !containsUpstream(tried, u) {
+			return u
+		}
+	}
+	return nil
+}
+
+// upstreamsOf resolves a route's backends once and keeps them on the cached route.
+func (p *Proxy) upstreamsOf(r *CachedRoute) []*upstream {
+	if ups := r.upstreams.Load(); ups != nil {
+		return *ups
+	}
+	ups := make([]*upstream, 0, len(r.Backends))
+	for _, b := range r.Backends {
+		if u, err := p.upstream(b); err == nil {
+			ups = append(ups, u)
+		}
+	}
+	r.upstreams.Store(&ups)
+	return ups
+}
+
+func containsUpstream(list []*upstream, u *upstream) bool {
+	for _, x := range list {
+		if x == u {
+			return true
+		}
+	}
+	return false
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isDialError reports a failure to connect to a backend at all: nothing was sent.
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.Is(err, fasthttp.ErrDialTimeout) || (errors.As(err, &opErr) && opErr.Op == "dial")
+}
