@@ -15,6 +15,9 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tenantroute/tenantroute-operator/proxy"
 )
 
@@ -37,6 +40,7 @@ func main() {
 	redisAddr := flag.String("redis", "", "Redis address: look routes up in Redis, then in a lookup endpoint")
 	ttl := flag.Duration("route-ttl", 30*time.Second, "in-memory route TTL")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until interrupted")
+	metricsAddr := flag.String("metrics", "", "serve the proxy's Prometheus metrics on this address")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -63,6 +67,13 @@ func main() {
 			log.Fatal(err)
 		}
 		layers = []proxy.Layer{kv, proxy.HTTPSource{BaseURL: "http://" + ln.Addr().String()}}
+	}
+	if *metricsAddr != "" {
+		registry := prometheus.NewRegistry()
+		if err := proxy.Register(registry); err != nil {
+			log.Fatal(err)
+		}
+		go func() { log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))) }()
 	}
 	chain := proxy.NewChain(proxy.ChainOptions{TTL: *ttl}, layers...)
 	srv := &proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: *listen}
