@@ -73,7 +73,9 @@ func main() {
 		if err := proxy.Register(registry); err != nil {
 			log.Fatal(err)
 		}
-		go func() { log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))) }()
+		go func() {
+			log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+		}()
 	}
 	chain := proxy.NewChain(proxy.ChainOptions{TTL: *ttl}, layers...)
 	srv := &proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: *listen}
