@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // reusable reports whether a pooled backend connection can carry a request: the
@@ -15,6 +16,9 @@ import (
 // non-blocking peek before reuse costs a syscall and needs no goroutine per connection.
 func reusable(c net.Conn) bool {
 	if tc, ok := c.(*tls.Conn); ok {
+		if !tlsQuiet(tc) {
+			return false
+		}
 		c = tc.NetConn()
 	}
 	if ic, ok := c.(*idleConn); ok {
@@ -38,4 +42,18 @@ func reusable(c net.Conn) bool {
 		return true
 	})
 	return err == nil && ok
+}
+
+// tlsQuiet reports whether a TLS connection holds no record already read from the
+// socket: crypto/tls reads whole records, so bytes a backend sent past its response
+// can sit in the connection where no socket peek sees them. A read with a deadline in
+// the past returns only what is buffered and costs no system call; crypto/tls does
+// not keep a timeout as a sticky error.
+func tlsQuiet(tc *tls.Conn) bool {
+	_ = tc.SetReadDeadline(time.Unix(1, 0))
+	var b [1]byte
+	n, err := tc.Read(b[:])
+	_ = tc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return n == 0 && errors.As(err, &ne) && ne.Timeout()
 }

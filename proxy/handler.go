@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -86,29 +87,47 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.prepare(ctx, route)
-	if req.Header.ContentLength() == -1 {
-		req.SetBodyStream(&limitedBody{r: req.BodyStream(), left: int64(p.opts.MaxRequestBodyBytes)}, -1)
+	var body *clientBody
+	if hasBody(&req.Header) {
+		body = &clientBody{r: req.BodyStream(), header: &req.Header, left: int64(p.opts.MaxRequestBodyBytes)}
+		req.SetBodyStream(body, req.Header.ContentLength())
 	}
+	stopClient := func() { _ = ctx.SetReadDeadline(time.Now()) }
 	replayable := isReplayable(&req.Header)
 	head := req.Header.IsHead()
 	var tried []*upstream
+	var lastErr error
+	var lastBackend *upstream
 	// Each backend once, and one more try for a request a reused connection lost.
 	for attempts := len(route.Backends) + 1; attempts > 0; attempts-- {
 		u := p.pick(route, tried)
 		if u == nil {
 			break
 		}
-		err := u.roundTrip(req, &ctx.Response, head)
+		err := u.roundTrip(req, &ctx.Response, head, body, stopClient)
 		// From the request's arrival to the backend's answer: one clock read, not two.
 		route.observeUpstream(time.Since(ctx.Time()))
 		if err == nil {
 			u.downUntil.Store(0)
 			stripHopByHop(&ctx.Response.Header)
+			if body != nil && !body.eof {
+				ctx.SetConnectionClose() // answered before the whole body was read
+			}
+			if !req.Header.IsHTTP11() && ctx.Response.IsBodyStream() && ctx.Response.Header.ContentLength() < 0 {
+				p.streamToHTTP10(ctx)
+			}
 			observeRequest(ctx.Response.StatusCode(), outcome)
 			return
 		}
 		ctx.Response.Reset()
+		var clientErr *clientBodyError
 		switch {
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			p.refuse(ctx, fasthttp.StatusRequestEntityTooLarge, outcome, "the request body is larger than the limit\n")
+			return
+		case errors.As(err, &clientErr):
+			p.refuse(ctx, fasthttp.StatusBadRequest, outcome, "the request body could not be read\n")
+			return
 		case isDialError(err):
 			// Nothing was sent: another backend of the region may take it. Only a
 			// backend that cannot be reached cools down; a slow answer or a full
@@ -116,23 +135,52 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			u.coolDown()
 			tried = append(tried, u)
 			continue
-		case errors.Is(err, fasthttp.ErrBodyTooLarge):
-			p.refuse(ctx, fasthttp.StatusRequestEntityTooLarge, outcome, "the request body is larger than the limit\n")
-			return
-		case replayable && lostOnReusedConn(err):
+		}
+		lastErr, lastBackend = err, u
+		if replayable && lostOnReusedConn(err) {
 			continue
 		}
+		break
+	}
+	if lastErr != nil {
+		// A backend was reached and failed: that is a 502 (504 on a timeout), never
+		// "no backend".
 		status := fasthttp.StatusBadGateway
-		if errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err) {
+		if errors.Is(lastErr, fasthttp.ErrTimeout) || isTimeout(lastErr) {
 			status = fasthttp.StatusGatewayTimeout
 		}
-		logBackendError(u.addr, err)
+		logBackendError(lastBackend.addr, lastErr)
 		p.refuse(ctx, status, outcome, "the backend did not answer\n")
 		return
 	}
 	// Data residency: a tenant is only ever served by its own region.
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
 	p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "no backend of region "+route.Region+" is available\n")
+}
+
+// streamToHTTP10 sends a streamed body of unknown length to an HTTP/1.0 client, which
+// cannot read chunked encoding (fasthttp would chunk it): the header without
+// framing, then the body until its end, then the connection closes.
+func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
+	resp := &ctx.Response
+	body, ok := resp.BodyStream().(*upstreamBody)
+	if !ok {
+		return
+	}
+	// The hijacked connection's goroutine owns the body from here; the response
+	// only points at it until the request is reset.
+	body.detached = true
+	resp.Header.Del(fasthttp.HeaderTransferEncoding)
+	resp.Header.SetContentLength(-2) // identity: delimited by the connection's close
+	resp.Header.SetConnectionClose()
+	head := append([]byte(nil), resp.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer body.finish()
+		if _, err := c.Write(head); err == nil {
+			_, _ = io.Copy(c, body)
+		}
+	})
 }
 
 // refuse answers the request itself. The request body may not have been read to
@@ -187,32 +235,60 @@ func logBackendError(backend string, err error) {
 	backendLog.Info("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed.Swap(0))
 }
 
-// limitedBody fails a streamed request body past the limit with ErrBodyTooLarge. It
-// also holds back an error that arrives with data: fasthttp's chunked writer sends the
-// data and drops the error, so a broken chunk would otherwise end the body as if it
-// were complete, and the backend would take a body the client never framed.
-type limitedBody struct {
-	r    io.Reader
-	left int64
-	err  error
+// clientBody is a request body on its way to a backend. It keeps the body limit,
+// tells the client's failures apart from the backend's, drops the body's trailers
+// (a trailer is a header the proxy never saw: X-Tenant-ID could come that way) and
+// holds back an error that arrives with data: fasthttp's chunked writer sends the data
+// and drops the error, so a broken chunk would otherwise end the body as if complete,
+// and the backend would take a body the client never framed.
+type clientBody struct {
+	r      io.Reader
+	header *fasthttp.RequestHeader
+	left   int64
+	err    error // the client's failure, ErrBodyTooLarge included
+	held   error // returned on the next read
+	eof    bool  // read to its end
 }
 
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.left < 0 {
-		return 0, fasthttp.ErrBodyTooLarge
+// clientBodyError is a failure to read the client's body.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string { return "reading the request body: " + e.err.Error() }
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	if b.held != nil {
+		return 0, b.held
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1]
 	}
 	n, err := b.r.Read(p)
 	if b.left -= int64(n); b.left < 0 {
-		b.err = fasthttp.ErrBodyTooLarge
+		b.err, b.held = fasthttp.ErrBodyTooLarge, fasthttp.ErrBodyTooLarge
 		return 0, b.err
 	}
-	return holdError(n, err, &b.err)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+		b.dropTrailers()
+	case err != nil:
+		b.err = &clientBodyError{err}
+		err = b.err
+	}
+	return holdError(n, err, &b.held)
+}
+
+// dropTrailers forgets the trailer fields fasthttp read at the end of a chunked body;
+// the header went out before, so only the trailer section loses them.
+func (b *clientBody) dropTrailers() {
+	var names [][]byte
+	for name := range b.header.Trailers() {
+		names = append(names, append([]byte(nil), name...))
+	}
+	for _, name := range names {
+		b.header.DelBytes(name)
+	}
 }
 
 // holdError returns data now and its error on the next read.

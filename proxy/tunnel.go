@@ -69,7 +69,7 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 	br.Reset(backend)
 	var r *bufio.Reader
 	if err == nil {
-		r, err = p.readResponseHead(br, &ctx.Response)
+		r, err = p.readResponseHead(br, &ctx.Response, true)
 	}
 	if err != nil {
 		if r != nil {
@@ -90,6 +90,14 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 		}
 		stripHopByHop(&ctx.Response.Header)
 		observeRequest(ctx.Response.StatusCode(), outcome)
+		return
+	}
+	if !bytes.EqualFold(ctx.Response.Header.Peek("Upgrade"), []byte("websocket")) {
+		p.putReader(br, r)
+		backend.Close()
+		logBackendError(u.addr, errors.New("the backend switched to another protocol than WebSocket"))
+		ctx.Response.Reset()
+		p.refuse(ctx, fasthttp.StatusBadGateway, outcome, "the backend did not answer\n")
 		return
 	}
 	// Switched: what the backend sent after its 101 is already the tunnel's.
@@ -114,6 +122,7 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 // idle; once one direction ends, the other gets a few seconds to finish.
 func pipe(client, backend net.Conn, idle time.Duration) {
 	var last atomic.Int64
+	var ending atomic.Bool // one direction ended: the other only finishes
 	last.Store(time.Now().UnixNano())
 	done := make(chan bool, 2) // true: ended because the tunnel was idle
 	copyOneWay := func(dst, src net.Conn) {
@@ -121,7 +130,9 @@ func pipe(client, backend net.Conn, idle time.Duration) {
 		defer func() { closeWrite(dst); done <- idleEnd }()
 		buf := make([]byte, 32<<10)
 		for {
-			_ = src.SetReadDeadline(time.Now().Add(idle))
+			if !ending.Load() {
+				_ = src.SetReadDeadline(time.Now().Add(idle))
+			}
 			n, err := src.Read(buf)
 			if n > 0 {
 				last.Store(time.Now().UnixNano())
@@ -133,7 +144,7 @@ func pipe(client, backend net.Conn, idle time.Duration) {
 			if err != nil {
 				// This direction was quiet; the tunnel is idle only if the other was too.
 				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
+				if errors.As(err, &ne) && ne.Timeout() && !ending.Load() {
 					if time.Since(time.Unix(0, last.Load())) < idle {
 						continue
 					}
@@ -149,17 +160,24 @@ func pipe(client, backend net.Conn, idle time.Duration) {
 	if <-done {
 		deadline = time.Now() // idle: both directions end now
 	}
+	ending.Store(true)
 	_ = client.SetDeadline(deadline)
 	_ = backend.SetDeadline(deadline)
 	<-done
 }
 
+// closeWrite tells the peer that nothing more comes (TCP FIN), through the wrappers
+// of hijacked and idle-limited connections; a connection that cannot half-close is
+// closed.
 func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	} else if ic, ok := c.(*idleConn); ok {
-		closeWrite(ic.Conn)
-	} else {
+	switch w := c.(type) {
+	case interface{ CloseWrite() error }:
+		_ = w.CloseWrite()
+	case *idleConn:
+		closeWrite(w.Conn)
+	case interface{ UnsafeConn() net.Conn }: // fasthttp's hijacked connection
+		closeWrite(w.UnsafeConn())
+	default:
 		_ = c.Close()
 	}
 }

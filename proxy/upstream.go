@@ -48,12 +48,12 @@ func (p *Proxy) upstream(rawURL string) (*upstream, error) {
 	}
 	u.pool = &fasthttp.HostClient{
 		Addr:                addr,
-		IsTLS:               u.tls != nil,
-		TLSConfig:           u.tls,
 		MaxConns:            p.opts.MaxConnsPerBackend,
 		MaxConnWaitTimeout:  p.opts.DialTimeout,
 		MaxIdleConnDuration: p.opts.UpstreamIdleConnTimeout,
-		Dial:                func(addr string) (net.Conn, error) { return u.dialTCP() },
+		// The TLS handshake happens here, within the dial timeout, so that a backend
+		// whose TLS fails is a dial error (cool-down, next backend), not a 502.
+		Dial: func(string) (net.Conn, error) { return u.dial() },
 	}
 	p.upstreams[rawURL] = u
 	return u, nil
@@ -67,7 +67,7 @@ func (u *upstream) dialTCP() (net.Conn, error) {
 	return newIdleConn(c, u.p.opts.UpstreamTimeout, u.p.opts.UpstreamTimeout, nil), nil
 }
 
-// dial opens a connection outside the pool (for a tunnel), TLS included.
+// dial opens a backend connection, TLS included.
 func (u *upstream) dial() (net.Conn, error) {
 	c, err := u.dialTCP()
 	if err != nil || u.tls == nil {
@@ -106,7 +106,10 @@ func lostOnReusedConn(err error) bool {
 	return errors.As(err, &ue) && ue.reused && ue.nothing
 }
 
-var errHeaderTooLarge = errors.New("the backend's response header is larger than the limit")
+var (
+	errHeaderTooLarge = errors.New("the backend's response header is larger than the limit")
+	errUnaskedSwitch  = errors.New("the backend switched protocols on a request that did not ask to")
+)
 
 // maxReuseChecks bounds how many pooled connections one request discards as closed
 // before it dials a new one.
@@ -116,7 +119,13 @@ const maxReuseChecks = 8
 // resp. A small body of known length is read whole, so that it is written to the
 // client with the header in one go; any other body streams, and its connection
 // returns to the pool once it was read to the end.
-func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, head bool) error {
+//
+// A request body is sent while the response is awaited, as Go's Transport and nginx
+// do: a backend may answer before it read the body (401, 413), and that answer is the
+// client's, not a 502. Until the body is sent the backend is not hurried; after, it
+// has UpstreamTimeout to answer. body is the request's body reader (nil without one);
+// stopClient unblocks a read of the client's body so that the sender can be stopped.
+func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, head bool, body *clientBody, stopClient func()) error {
 	cc, err := u.pool.AcquireConn(0, false)
 	for checks := 0; err == nil && !cc.LastUseTime().IsZero() && !reusable(cc.Conn()); checks++ {
 		u.pool.CloseConn(cc)
@@ -138,28 +147,81 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		}
 	}
 
+	var sent chan error
+	if body == nil {
+		if err := writeRequest(conn, req); err != nil {
+			release(false)
+			return &upstreamError{err: fmt.Errorf("writing the request: %w", err), reused: reused}
+		}
+	} else {
+		sent = make(chan error, 1)
+		_ = conn.SetReadDeadline(time.Now().Add(24 * time.Hour)) // the upload's own pace
+		go func() {
+			err := writeRequest(conn, req)
+			if err != nil {
+				_ = conn.SetReadDeadline(time.Now()) // the exchange failed: stop waiting
+			} else {
+				_ = conn.SetReadDeadline(time.Now().Add(u.p.opts.UpstreamTimeout))
+			}
+			sent <- err
+		}()
+	}
+
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(conn)
+	r, err := u.p.readResponseHead(br, resp, false)
+	early := false
+	if sent != nil {
+		var sendErr error
+		select {
+		case sendErr = <-sent:
+		default:
+			// Answered (or failed) while the body was still going out: stop sending. The
+			// sender may be waiting on the client or on the backend.
+			_ = conn.SetWriteDeadline(time.Now())
+			stopClient()
+			sendErr = <-sent
+		}
+		_ = conn.SetReadDeadline(time.Time{}) // between reads again, for the body
+		switch {
+		case sendErr == nil:
+		case err == nil:
+			early = true // a whole answer, although the body did not all go out
+		default:
+			u.p.putReader(br, r)
+			release(false)
+			if body.err != nil {
+				return body.err // the client's body failed, not the backend
+			}
+			return &upstreamError{err: fmt.Errorf("writing the request: %w", sendErr), reused: reused}
+		}
+	}
+	if err != nil {
+		// Nothing of a response arrived only if the reader never saw a byte: a
+		// truncated header is an answer begun.
+		nothing := err == io.EOF && br.Buffered() == 0 && (r == br || r.Buffered() == 0)
+		u.p.putReader(br, r)
+		release(false)
+		return &upstreamError{err: fmt.Errorf("reading the response: %w", err), reused: reused, nothing: nothing}
+	}
+	if early {
+		// The rest of the client's body was never read, and the backend connection
+		// carries a request cut short: neither is reused.
+		return u.p.readResponseBody(br, r, resp, head, func(bool) { release(false) })
+	}
+	return u.p.readResponseBody(br, r, resp, head, release)
+}
+
+func writeRequest(conn net.Conn, req *fasthttp.Request) error {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(conn)
-	err = req.Write(bw)
+	err := req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	bw.Reset(nil)
 	writers.Put(bw)
-	if err != nil {
-		release(false)
-		return &upstreamError{err: fmt.Errorf("writing the request: %w", err), reused: reused}
-	}
-
-	br := readers.Get().(*bufio.Reader)
-	br.Reset(conn)
-	r, err := u.p.readResponseHead(br, resp)
-	if err != nil {
-		u.p.putReader(br, r)
-		release(false)
-		return &upstreamError{err: fmt.Errorf("reading the response: %w", err), reused: reused, nothing: errors.Is(err, io.EOF)}
-	}
-	return u.p.readResponseBody(br, r, resp, head, release)
+	return err
 }
 
 var (
@@ -168,10 +230,10 @@ var (
 )
 
 // readResponseHead reads a response header into resp, skipping interim (1xx)
-// answers but 101. A header that does not fit the pooled reader is read again
+// answers; a 101 is an answer only to an upgrade. A header that does not fit the pooled reader is read again
 // through a larger one, up to MaxResponseHeaderBytes; the reader returned is the one
 // the body must be read from.
-func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response) (*bufio.Reader, error) {
+func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response, upgrade bool) (*bufio.Reader, error) {
 	r := br
 	for interim := 0; ; interim++ {
 		err := resp.Header.Read(r)
@@ -187,8 +249,14 @@ func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response) (*bu
 		if err != nil {
 			return r, err
 		}
-		if status := resp.StatusCode(); status >= 200 || status == fasthttp.StatusSwitchingProtocols {
+		switch status := resp.StatusCode(); {
+		case status >= 200:
 			return r, nil
+		case status == fasthttp.StatusSwitchingProtocols && upgrade:
+			return r, nil
+		case status == fasthttp.StatusSwitchingProtocols:
+			// Nobody asked to switch: the connection is no longer HTTP.
+			return r, errUnaskedSwitch
 		}
 		if interim == 4 {
 			return r, errors.New("too many interim responses")
@@ -261,12 +329,15 @@ func (p *Proxy) readResponseBody(br, r *bufio.Reader, resp *fasthttp.Response, h
 // upstreamBody is a streamed response body; the server closes it once written (or
 // abandoned), which returns its connection to the pool only if it was read to the end.
 type upstreamBody struct {
-	dec     *fasthttp.Response
-	stream  io.Reader
-	err     error // held back until the next read (see limitedBody)
-	eof     bool
-	closed  bool
-	release func(complete bool)
+	dec    *fasthttp.Response
+	stream io.Reader
+	err    error // held back until the next read (see limitedBody)
+	eof    bool
+	closed bool
+	// detached: the body is sent by a hijacked connection, which finishes it; the
+	// server's Close must not pull it away meanwhile.
+	detached bool
+	release  func(complete bool)
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
@@ -280,15 +351,24 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return holdError(n, err, &b.err)
 }
 
+// Close is called by the server once the body is written, or abandoned.
 func (b *upstreamBody) Close() error {
-	if b.closed {
+	if b.detached {
 		return nil
+	}
+	b.finish()
+	return nil
+}
+
+// finish returns the body's connection, once.
+func (b *upstreamBody) finish() {
+	if b.closed {
+		return
 	}
 	b.closed = true
 	_ = b.dec.CloseBodyStream()
 	fasthttp.ReleaseResponse(b.dec)
 	b.release(b.eof)
-	return nil
 }
 
 // pick returns the next backend of the route in round robin that is not cooling down

@@ -1,0 +1,395 @@
+package proxy
+
+// Backends as they really behave, and as a hostile or buggy one could: each test here
+// reproduces a finding of a review of the hardened proxy, and failed before its fix.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawBackend serves each connection with fn; it records all bytes received.
+type rawBackend struct {
+	URL   string
+	mu    sync.Mutex
+	raw   bytes.Buffer
+	conns atomic.Int64
+}
+
+type teeConn struct {
+	net.Conn
+	b *rawBackend
+}
+
+func (c teeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.b.mu.Lock()
+	c.b.raw.Write(p[:n])
+	c.b.mu.Unlock()
+	return n, err
+}
+
+func (b *rawBackend) Raw() string { b.mu.Lock(); defer b.mu.Unlock(); return b.raw.String() }
+
+func newRawBackend(t *testing.T, fn func(c net.Conn, br *bufio.Reader, connNo int64)) *rawBackend {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawBackend{URL: "http://" + ln.Addr().String()}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := b.conns.Add(1)
+			go func() {
+				defer c.Close()
+				tc := teeConn{c, b}
+				fn(tc, bufio.NewReader(tc), n)
+			}()
+		}
+	}()
+	return b
+}
+
+// readReq reads one request (header + body) with net/http.
+func readReq(br *bufio.Reader) (*http.Request, error) {
+	r, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, r.Body)
+	return r, err
+}
+
+// Trailers of a chunked request are headers the proxy never saw: none reaches the
+// backend, so X-Tenant-ID cannot come that way.
+func TestBackendNeverSeesRequestTrailers(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	_, br := exchange(t, tp, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"3\r\nabc\r\n0\r\nX-Tenant-Id: evil\r\nX_Forwarded_For: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\n\r\n")
+	if resp, _ := readResponse(t, br, "POST"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if raw := b.Raw(); strings.Contains(raw, "evil") || strings.Contains(raw, "6.6.6.6") {
+		t.Errorf("trailer fields reached the backend:\n%s", raw)
+	}
+}
+
+// An HTTP/1.0 client cannot read chunked encoding: a streamed body reaches it
+// unframed, delimited by the connection's close.
+func TestHTTP10ClientGetsStreamedBodyUnchunked(t *testing.T) {
+	big := strings.Repeat("x", 70000)
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(big), big)
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	conn, br := exchange(t, tp, "GET / HTTP/1.0\r\nHost: acme.example.com\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	all, err := io.ReadAll(br)
+	head, body, _ := strings.Cut(string(all), "\r\n\r\n")
+	if err != nil || strings.Contains(strings.ToLower(head), "transfer-encoding") || body != big {
+		t.Errorf("HTTP/1.0 client got %v, header %q, a body of %d bytes (want %d unframed)", err, head, len(body), len(big))
+	}
+}
+
+// A 101 to a request that asked for no upgrade is a broken backend: 502, and neither
+// the client's connection nor the backend's turns into a tunnel.
+func TestUnaskedSwitchingProtocolsIsABadGateway(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, n int64) {
+		for {
+			r, err := readReq(br)
+			if err != nil {
+				return
+			}
+			if r.URL.Path == "/switch" {
+				fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nRAWBYTES")
+				continue
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	conn, br := exchange(t, tp, "GET /switch HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("an unasked 101: %d, want 502", resp.StatusCode)
+	}
+	fmt.Fprint(conn, "GET /next HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "ok" {
+		t.Errorf("the next request: %d %q", resp.StatusCode, body)
+	}
+}
+
+// A backend that loses a request on every reused connection gave an answer of sorts:
+// 502, never 503 "no backend of the region".
+func TestRequestLostTwiceIsABadGateway(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, n int64) {
+		for i := 0; ; i++ {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			if i == 1 {
+				return // lose the request: close without answering
+			}
+			time.Sleep(200 * time.Millisecond)
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	var wg sync.WaitGroup
+	for range 2 { // two pooled connections
+		wg.Go(func() {
+			resp, err := tp.client.Do(mustReq("GET", tp.url+"/warm", "acme.example.com"))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	_, br := exchange(t, tp, "GET /x HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("lost on two reused connections: %d %q, want 502", resp.StatusCode, body)
+	}
+}
+
+func mustReq(method, url, host string) *http.Request {
+	r, _ := http.NewRequest(method, url, nil)
+	r.Host = host
+	return r
+}
+
+// A response that began and broke off is an answer begun: the request is not sent
+// again, even a GET.
+func TestPartialResponseIsNotReplayed(t *testing.T) {
+	var count atomic.Int64
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, n int64) {
+		for i := 0; ; i++ {
+			r, err := readReq(br)
+			if err != nil {
+				return
+			}
+			if r.URL.Path == "/b" {
+				count.Add(1)
+			}
+			if n == 1 && i == 1 {
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nX-Partial: 1\r\n")
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	conn, br := exchange(t, tp, "GET /a HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	readResponse(t, br, "GET")
+	fmt.Fprint(conn, "GET /b HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	resp, _ := readResponse(t, br, "GET")
+	if resp.StatusCode != http.StatusBadGateway || count.Load() != 1 {
+		t.Errorf("a broken-off response: %d, /b reached the backend %d times; want 502 and once", resp.StatusCode, count.Load())
+	}
+}
+
+// A backend may answer an upload before reading it (401, 413): the client gets that
+// answer, not a 502, whatever the body's size.
+func TestBackendAnswerBeforeTheBodyIsRelayed(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, "login first")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tp := rawProxy(t, Options{}, "http://"+ln.Addr().String())
+	for _, size := range []int{100 << 10, 4 << 20} {
+		req, _ := http.NewRequest("POST", tp.url+"/upload", bytes.NewReader(make([]byte, size)))
+		req.Host = "acme.example.com"
+		resp, err := tp.client.Do(req)
+		if err != nil {
+			t.Errorf("%d bytes: %v", size, err)
+			continue
+		}
+		if got := body(t, resp); resp.StatusCode != http.StatusUnauthorized || got != "login first" {
+			t.Errorf("%d bytes: %d %q, want the backend's 401", size, resp.StatusCode, got)
+		}
+	}
+}
+
+// Header names that only look like the tenant header are refused or dropped; none
+// carries a value to the backend.
+func TestHeaderNameTricks(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	for _, line := range []string{
+		"X-Tenant-ID : evil1",
+		"X-Tenant-ID\t: evil2",
+		"X-Tenant-ID: acme\r\n evil3",
+		"X-Tenant-ID\x00: evil5",
+		"x-tenant-id: evil6\r\nX-Tenant-ID: evil7",
+	} {
+		conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n"+line+"\r\n\r\n")
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if resp, err := http.ReadResponse(br, nil); err == nil {
+			resp.Body.Close()
+		}
+	}
+	for _, l := range strings.Split(b.Raw(), "\r\n") {
+		if strings.Contains(l, "evil") {
+			t.Errorf("the backend got %q", l)
+		}
+	}
+}
+
+// When the backend ends a WebSocket (close frame, then TCP close, RFC 6455 7.1.1), the
+// client learns it at once, not at the tunnel's idle timeout.
+func TestTunnelBackendCloseReachesClient(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		if _, err := readReq(br); err != nil {
+			return
+		}
+		fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+		time.Sleep(100 * time.Millisecond)
+		_, _ = c.Write([]byte{0x88, 0x00})
+	})
+	tp := rawProxy(t, Options{TunnelIdleTimeout: 30 * time.Second}, b.URL)
+	conn, br := exchange(t, tp, "GET /ws HTTP/1.1\r\nHost: acme.example.com\r\n"+wsHandshake+"\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(12 * time.Second))
+	frame := make([]byte, 2)
+	_, _ = io.ReadFull(br, frame)
+	_, err = br.ReadByte()
+	if took := time.Since(start); err != io.EOF || took > 3*time.Second {
+		t.Errorf("after the backend closed: %v after %s", err, took.Round(time.Millisecond))
+	}
+}
+
+// A malformed chunked body is the client's fault: 400, connection closed, and the
+// backend never takes a complete request from it.
+func TestMalformedChunkedBodyIsTheClientsFault(t *testing.T) {
+	rec := newRecorder(t, nil)
+	tp := rawProxy(t, Options{}, rec.URL)
+	for _, req := range []string{
+		"POST / HTTP/1.1\r\nHost: acme.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=\"a\r\nb\"\r\nhello\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: acme.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n",
+		"POST / HTTP/1.1\r\nHost: acme.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\x7f0\r\n\r\n",
+	} {
+		conn, br := exchange(t, tp, req)
+		resp, _ := readResponse(t, br, "POST")
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%q: %d, want 400", req, resp.StatusCode)
+		}
+		if !closedWithin(conn, br, 2*time.Second) {
+			t.Errorf("%q: the connection stayed open", req)
+		}
+	}
+	if seen := rec.requests(); len(seen) > 0 {
+		t.Errorf("the backend took %d requests", len(seen))
+	}
+}
+
+// A TLS backend that sends bytes after a bodiless response: crypto/tls may hold them
+// in its own buffer, where no socket peek sees them; the connection must not be
+// reused, or the next request reads them as its response.
+func TestTLSBackendLeftoverBytesNeverReachAnotherRequest(t *testing.T) {
+	hs := httptest.NewTLSServer(http.NotFoundHandler())
+	cert := hs.TLS.Certificates
+	hs.Close()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: cert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					r, err := readReq(br)
+					if err != nil {
+						return
+					}
+					if r.URL.Path == "/nocontent" {
+						// two TLS records, written back to back
+						fmt.Fprint(c, "HTTP/1.1 204 No Content\r\n\r\n")
+						fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Injected: yes\r\n\r\nPOISON")
+						continue
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(r.URL.Path), r.URL.Path)
+				}
+			}()
+		}
+	}()
+	backend := "https://" + ln.Addr().String()
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend}}}}
+	p := New(NewChain(ChainOptions{}, src), Options{})
+	u, _ := p.upstream(backend)
+	u.tls.InsecureSkipVerify = true
+	pl, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := p.newServer()
+	go srv.Serve(p.Listener(pl))
+	t.Cleanup(func() { srv.Shutdown() })
+	tp := &testProxy{url: "http://" + pl.Addr().String()}
+
+	poisoned := 0
+	for i := 0; i < 20; i++ {
+		_, br := exchange(t, tp, "GET /nocontent HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		readResponse(t, br, "GET")
+		time.Sleep(20 * time.Millisecond)
+		_, br = exchange(t, tp, "GET /victim HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		resp, body := readResponse(t, br, "GET")
+		if body != "/victim" {
+			poisoned++
+			if poisoned == 1 {
+				t.Logf("victim got %d %q X-Injected=%q", resp.StatusCode, body, resp.Header.Get("X-Injected"))
+			}
+		}
+	}
+	if poisoned > 0 {
+		t.Errorf("%d/20 victims got another exchange's bytes as their response", poisoned)
+	}
+}
