@@ -47,7 +47,12 @@ func newRawBackend(t *testing.T, fn func(c net.Conn, br *bufio.Reader, connNo in
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &rawBackend{URL: "http://" + ln.Addr().String()}
+	return serveRaw(t, ln, "http://", fn)
+}
+
+// serveRaw serves each connection of ln with fn until the test ends.
+func serveRaw(t *testing.T, ln net.Listener, scheme string, fn func(c net.Conn, br *bufio.Reader, connNo int64)) *rawBackend {
+	b := &rawBackend{URL: scheme + ln.Addr().String()}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -66,6 +71,18 @@ func newRawBackend(t *testing.T, fn func(c net.Conn, br *bufio.Reader, connNo in
 	return b
 }
 
+// okBackend answers every request 200 "ok".
+func okBackend(t *testing.T) *rawBackend {
+	return newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+}
+
 // readReq reads one request (header + body) with net/http.
 func readReq(br *bufio.Reader) (*http.Request, error) {
 	r, err := http.ReadRequest(br)
@@ -79,14 +96,7 @@ func readReq(br *bufio.Reader) (*http.Request, error) {
 // Trailers of a chunked request are headers the proxy never saw: none reaches the
 // backend, so X-Tenant-ID cannot come that way.
 func TestBackendNeverSeesRequestTrailers(t *testing.T) {
-	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
-		for {
-			if _, err := readReq(br); err != nil {
-				return
-			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		}
-	})
+	b := okBackend(t)
 	tp := rawProxy(t, Options{}, b.URL)
 	_, br := exchange(t, tp, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"+
 		"3\r\nabc\r\n0\r\nX-Tenant-Id: evil\r\nX_Forwarded_For: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\n\r\n")
@@ -247,14 +257,7 @@ func TestBackendAnswerBeforeTheBodyIsRelayed(t *testing.T) {
 // Header names that only look like the tenant header are refused or dropped; none
 // carries a value to the backend.
 func TestHeaderNameTricks(t *testing.T) {
-	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
-		for {
-			if _, err := readReq(br); err != nil {
-				return
-			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		}
-	})
+	b := okBackend(t)
 	tp := rawProxy(t, Options{}, b.URL)
 	for _, line := range []string{
 		"X-Tenant-ID : evil1",
@@ -338,32 +341,21 @@ func TestTLSBackendLeftoverBytesNeverReachAnotherRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	serveRaw(t, ln, "https://", func(c net.Conn, br *bufio.Reader, _ int64) {
 		for {
-			c, err := ln.Accept()
+			r, err := readReq(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					r, err := readReq(br)
-					if err != nil {
-						return
-					}
-					if r.URL.Path == "/nocontent" {
-						// two TLS records, written back to back
-						fmt.Fprint(c, "HTTP/1.1 204 No Content\r\n\r\n")
-						fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Injected: yes\r\n\r\nPOISON")
-						continue
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(r.URL.Path), r.URL.Path)
-				}
-			}()
+			if r.URL.Path == "/nocontent" {
+				// two TLS records, written back to back
+				fmt.Fprint(c, "HTTP/1.1 204 No Content\r\n\r\n")
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Injected: yes\r\n\r\nPOISON")
+				continue
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(r.URL.Path), r.URL.Path)
 		}
-	}()
+	})
 	backend := "https://" + ln.Addr().String()
 	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend}}}}
 	p := New(NewChain(ChainOptions{}, src), Options{})

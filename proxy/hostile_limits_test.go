@@ -168,37 +168,23 @@ func TestConnectionCaps(t *testing.T) {
 // A WebSocket tunnel in which nobody speaks is closed after TunnelIdleTimeout; one
 // in which only the backend speaks stays open.
 func TestTunnelIdleLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		if req.URL.Path == "/push" {
+			for range 8 { // 1.6 s of pushes, 200 ms apart
+				time.Sleep(200 * time.Millisecond)
+				if _, err := c.Write([]byte("tick")); err != nil {
 					return
 				}
-				fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-				if req.URL.Path == "/push" {
-					for range 8 { // 1.6 s of pushes, 200 ms apart
-						time.Sleep(200 * time.Millisecond)
-						if _, err := c.Write([]byte("tick")); err != nil {
-							return
-						}
-					}
-				}
-				time.Sleep(10 * time.Second)
-			}()
+			}
 		}
-	}()
-	tp := rawProxy(t, Options{TunnelIdleTimeout: 500 * time.Millisecond}, "http://"+ln.Addr().String())
+		time.Sleep(10 * time.Second)
+	})
+	tp := rawProxy(t, Options{TunnelIdleTimeout: 500 * time.Millisecond}, b.URL)
 	for path, want := range map[string]int{"/quiet": 0, "/push": 8 * 4} {
 		conn := tp.dial(t)
 		_ = conn.SetDeadline(time.Now().Add(8 * time.Second))
