@@ -31,6 +31,7 @@ import (
 	routingv1alpha1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 type config struct {
@@ -121,17 +122,17 @@ func runAll(ctx context.Context, c config) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	var kv *proxy.RedisKV
+	var kv *routes.KV
 	if c.redisAddr != "" {
-		kv = &proxy.RedisKV{Client: proxy.NewRedisClient(c.redisAddr)}
+		kv = &routes.KV{Client: routes.NewRedisClient(c.redisAddr)}
 		c.operator.RedisKV = kv
 	}
 	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
-	source := proxy.ClusterSource{Reader: mgr.GetCache()}
+	source := routes.Source{Reader: mgr.GetCache()}
 	if c.lookupAddr != "0" {
-		if err := mgr.Add(httpServer(c.lookupAddr, proxy.LookupHandler(source))); err != nil {
+		if err := mgr.Add(httpServer(c.lookupAddr, routes.LookupHandler(source, routes.Normalize))); err != nil {
 			return err
 		}
 	}
@@ -169,9 +170,9 @@ func runProxy(ctx context.Context, c config) error {
 	if err := proxy.Register(registry); err != nil {
 		return err
 	}
-	layers := []proxy.Layer{proxy.HTTPSource{BaseURL: c.lookupURL, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
+	layers := []proxy.Layer{routes.HTTPSource{BaseURL: c.lookupURL, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
 	if c.redisAddr != "" {
-		layers = append([]proxy.Layer{proxy.RedisKV{Client: proxy.NewRedisClient(c.redisAddr)}}, layers...)
+		layers = append([]proxy.Layer{routes.KV{Client: routes.NewRedisClient(c.redisAddr)}}, layers...)
 	}
 	chain := proxy.NewChain(c.chain, layers...)
 	probes := http.NewServeMux()

@@ -28,7 +28,6 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
 	"github.com/tenantroute/tenantroute-operator/providers/route53"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
-	"github.com/tenantroute/tenantroute-operator/proxy"
 )
 
 // Provider types shown in status.type.
@@ -53,7 +52,7 @@ const (
 	indexSecret    = "spec.secretName"
 	indexEdges     = "spec.edges"
 	indexRegion    = "spec.region"
-	indexHostnames = proxy.HostnameIndex
+	indexHostnames = "spec.hostnames"
 )
 
 // EdgeProviderReconciler builds each EdgeProvider's provider client from its Secret,

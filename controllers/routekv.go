@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // RouteKVReconciler keeps the shared KV (Redis) that standalone proxies read filled
@@ -21,7 +21,7 @@ import (
 // proxies fall through to the lookup endpoint.
 type RouteKVReconciler struct {
 	client.Client
-	KV proxy.RedisKV
+	KV routes.KV
 }
 
 // hostsKey is the Redis set of the hostnames written for a TenantRoute, so that they
@@ -42,14 +42,14 @@ func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	// Each hostname gets the route of whichever TenantRoute holds it now.
-	src := proxy.ClusterSource{Reader: r.Client}
-	put := map[string]proxy.Route{}
+	src := routes.Source{Reader: r.Client}
+	put := map[string]routes.Route{}
 	var gone []string
 	for _, h := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(written), current...)))) {
 		switch rt, err := src.Lookup(ctx, h); {
 		case err == nil:
 			put[h] = rt
-		case errors.Is(err, proxy.ErrNotFound):
+		case errors.Is(err, routes.ErrNotFound):
 			gone = append(gone, h)
 		default:
 			return ctrl.Result{}, err

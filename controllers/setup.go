@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
-	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // Options configure the operator's controllers.
@@ -30,7 +30,7 @@ type Options struct {
 	// MaxConcurrentReconciles of TenantRoutes.
 	MaxConcurrentReconciles int
 	// RedisKV, if set, is kept filled with every hostname's route for standalone proxies.
-	RedisKV *proxy.RedisKV
+	RedisKV *routes.KV
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -49,12 +49,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	accounts := NewAccounts(ctx)
 	recorder := mgr.GetEventRecorder("tenantroute-operator")
 	monitor := edge.NewMonitor()
-	routes := &TenantRouteReconciler{
+	tenantRoutes := &TenantRouteReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		Monitor: monitor, rewrites: &rewriteTracker{},
+		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
 	}
-	failover := NewFailover(mgr.GetClient(), recorder, routes, accounts, monitor)
+	failover := NewFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
 	monitor.OnTransition = failover.OnTransition
 	monitor.OnProbe = observeProbe
 	if err := mgr.Add(monitor); err != nil {
@@ -63,13 +63,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(failover); err != nil {
 		return fmt.Errorf("adding the failover handler: %w", err)
 	}
-	accounts.ready = routes.edgeReady
-	if err := routes.SetupWithManager(mgr); err != nil {
+	accounts.ready = tenantRoutes.edgeReady
+	if err := tenantRoutes.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TenantRoute controller: %w", err)
 	}
 	edges := &EdgeProviderReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts, Monitor: monitor,
-		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: routes.notify,
+		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: tenantRoutes.notify,
 		Revalidate: o.Revalidate,
 	}
 	if err := edges.SetupWithManager(mgr); err != nil {
@@ -79,7 +79,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the Region controller: %w", err)
 	}
 	if o.RedisKV != nil {
-		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV}).SetupWithManager(mgr, routes); err != nil {
+		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV}).SetupWithManager(mgr, tenantRoutes); err != nil {
 			return fmt.Errorf("setting up the Redis route writer: %w", err)
 		}
 	}

@@ -83,6 +83,8 @@ type operator struct {
 	cfProbe, awsProbe string
 	queue             zonequeue.Options
 	stopManager       func()
+	// extraNS are more namespaces the manager sees, for tests across namespaces.
+	extraNS []string
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -172,12 +174,16 @@ func (o *operator) create(obj client.Object) {
 func (o *operator) start() {
 	o.t.Helper()
 	sel := labels.SelectorFromSet(labels.Set{"test": o.id})
+	namespaces := map[string]cache.Config{o.ns: {}, o.opNS: {}}
+	for _, ns := range o.extraNS {
+		namespaces[ns] = cache.Config{}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testenv.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{o.ns: {}, o.opNS: {}},
+			DefaultNamespaces: namespaces,
 			ByObject: map[client.Object]cache.ByObject{
 				&v1.EdgeProvider{}: {Label: sel},
 				&v1.Region{}:       {Label: sel},

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -14,50 +13,6 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
-
-// lostHostname is a hostname an older TenantRoute holds.
-type lostHostname struct {
-	Hostname string
-	Holder   types.NamespacedName
-}
-
-// claimHostnames splits the route's hostnames into those it holds and those an older
-// TenantRoute claims. The older route keeps a contested hostname — a rule that gives
-// the same answer whichever route is reconciled first, so ownership never flip-flops.
-func (r *TenantRouteReconciler) claimHostnames(ctx context.Context, route *v1.TenantRoute) ([]string, []lostHostname, error) {
-	var held []string
-	var lost []lostHostname
-	for _, h := range route.Spec.Hostnames {
-		var others v1.TenantRouteList
-		if err := r.List(ctx, &others, client.MatchingFields{indexHostnames: h}); err != nil {
-			return nil, nil, fmt.Errorf("listing TenantRoutes with hostname %s: %w", h, err)
-		}
-		var holder *v1.TenantRoute
-		for i := range others.Items {
-			o := &others.Items[i]
-			if o.UID != route.UID && older(o, route) && (holder == nil || older(o, holder)) {
-				holder = o
-			}
-		}
-		if holder != nil {
-			lost = append(lost, lostHostname{Hostname: h, Holder: types.NamespacedName{Namespace: holder.Namespace, Name: holder.Name}})
-			continue
-		}
-		held = append(held, h)
-	}
-	return held, lost, nil
-}
-
-// older orders routes by creation time, then by namespace and name.
-func older(a, b *v1.TenantRoute) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
-	}
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	return a.Name < b.Name
-}
 
 // routesMatching maps an object to the TenantRoutes whose index field names it.
 func (r *TenantRouteReconciler) routesMatching(field string) handler.MapFunc {

@@ -26,6 +26,7 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // Finalizer holds a TenantRoute until its records are deleted from every provider.
@@ -43,6 +44,8 @@ type TenantRouteReconciler struct {
 	MaxConcurrentReconciles int
 	// Monitor probes the edges; nil leaves health to the EdgeProviders' status.
 	Monitor *edge.Monitor
+	// Claims grants hostnames and tenantIDs, one decision at a time.
+	Claims *routes.Claims
 	// rewrites observes failovers until their records are rewritten.
 	rewrites *rewriteTracker
 
@@ -56,11 +59,15 @@ type TenantRouteReconciler struct {
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=regions,verbs=get;list;watch
 
 // Reconcile implements reconcile.Reconciler: fetch, finalizer, then the phases —
-// claim hostnames, choose the active edge, declare records, report — with the status
+// claim the tenantID and hostnames, choose the active edge, declare records for the
+// granted hostnames, report — with the status
 // patched once at the end, observedGeneration only on success.
 func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	route := &v1.TenantRoute{}
 	if err := r.Get(ctx, req.NamespacedName, route); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Claims.Release(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	owner := r.ownerOf(route)
@@ -96,7 +103,8 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // routePlan is what a route wants, computed from the cache without writing anything.
 type routePlan struct {
 	edges     map[string]*v1.EdgeProvider
-	lost      []lostHostname
+	tenant    v1.ClaimStatus
+	claims    []v1.HostnameClaim
 	active    string
 	reason    ActiveEdgeReason
 	zones     []ZoneRecords
@@ -111,11 +119,17 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 	if err != nil {
 		return nil, err
 	}
-	held, lost, err := r.claimHostnames(ctx, route)
-	if err != nil {
+	if err := r.Claims.EnsureSeeded(ctx, r.Client); err != nil {
 		return nil, err
 	}
-	p := &routePlan{edges: edges, lost: lost, regionErr: r.checkRegion(ctx, route)}
+	p := &routePlan{edges: edges, regionErr: r.checkRegion(ctx, route)}
+	p.tenant, p.claims = r.Claims.Claim(route, metav1.Now())
+	var held []string
+	for _, c := range p.claims {
+		if c.State == v1.ClaimGranted {
+			held = append(held, c.Hostname)
+		}
+	}
 	p.active, p.reason = ActiveEdge(route, edges, r.health)
 	p.zones, p.custom = Desired(route, held, edges, p.active)
 	return p, nil
@@ -211,6 +225,9 @@ func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) {
 func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.events = make(chan event.GenericEvent, 4096)
 	indexer := mgr.GetFieldIndexer()
+	if err := routes.IndexGranted(context.Background(), indexer); err != nil {
+		return fmt.Errorf("indexing TenantRoutes by granted hostname: %w", err)
+	}
 	for field, extract := range map[string]func(*v1.TenantRoute) []string{
 		indexEdges:     func(tr *v1.TenantRoute) []string { return edgesOf(tr) },
 		indexRegion:    func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} },

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -62,6 +63,8 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)
+	// Its records are gone: its hostnames and tenantID are free for the next claimant.
+	r.Claims.Release(types.NamespacedName{Namespace: route.Namespace, Name: route.Name})
 	if r.rewrites != nil {
 		r.rewrites.forget(owner)
 	}

@@ -67,9 +67,18 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		rejected = append(rejected, s.rejected...)
 	}
 	route.Status.Providers = providersStatus
-	for _, l := range in.lost {
-		conflicts = append([]string{fmt.Sprintf("%s is claimed by the older TenantRoute %s", l.Hostname, l.Holder)}, conflicts...)
+	route.Status.TenantID = &in.tenant
+	route.Status.Hostnames = in.claims
+	var lost []string
+	for _, c := range in.claims {
+		if c.State != v1.ClaimGranted {
+			lost = append(lost, fmt.Sprintf("%s: %s", c.Hostname, c.Message))
+		}
 	}
+	if in.tenant.State != v1.ClaimGranted {
+		lost = []string{in.tenant.Message + ": no hostname is granted"}
+	}
+	conflicts = append(lost, conflicts...)
 
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
@@ -85,7 +94,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonConflict, "ClaimHostname", "%s", message)
 		}
 	} else {
-		set(v1.ConditionConflict, metav1.ConditionFalse, ReasonNoConflict, "every hostname is held by this TenantRoute")
+		set(v1.ConditionConflict, metav1.ConditionFalse, ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
 	}
 
 	switch {

@@ -205,7 +205,7 @@ func TestConflicts(t *testing.T) {
 		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, controllers.ReasonConflict); err != nil {
 			return err
 		}
-		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com is claimed by the older TenantRoute t-conflicts/first") {
+		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com: granted to TenantRoute t-conflicts/first") {
 			return fmt.Errorf("conflict message: %s", msg)
 		}
 		if !slices.Equal(o.cfRecords()["second.auth.example.com"], []string{cfActive("second.auth.example.com")}) {
@@ -224,14 +224,14 @@ func TestConflicts(t *testing.T) {
 	if !slices.Equal(o.r53Records()["taken.auth.example.com"], []string{r53Active("taken.auth.example.com")}) {
 		t.Errorf("route53: %v", o.r53Records())
 	}
-	// The older route keeps the name: its record still carries its owner.
+	// The route granted the name first keeps it: its record still carries its owner.
 	for _, r := range o.cf.Records(o.cfZone) {
 		if r.Name == "shared.auth.example.com" && r.Comment != "tenantroute:conflicts/t-conflicts/first" {
 			t.Errorf("shared record owned by %q", r.Comment)
 		}
 	}
 
-	// Once the older route is gone, the newer one takes the name.
+	// Once the holder is gone, the next claimant is granted the name.
 	if err := k8s.Delete(ctx, o.get("first")); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // TestKnownRoutesSurviveTheAPIServer: the embedded proxy reads routes from the
@@ -53,14 +54,22 @@ func TestKnownRoutesSurviveTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The grant the operator would record: the proxy routes granted hostnames only.
+	acme := &v1.TenantRoute{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "acme"}, acme); err != nil {
+		t.Fatal(err)
+	}
+	acme.Status.Hostnames = []v1.HostnameClaim{{Hostname: "acme.auth.example.com",
+		ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: metav1.Now()}}}
+	if err := k8s.Status().Update(ctx, acme); err != nil {
+		t.Fatal(err)
+	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1.TenantRoute{}, proxy.HostnameIndex, func(o client.Object) []string {
-		return o.(*v1.TenantRoute).Spec.Hostnames
-	}); err != nil {
+	if err := routes.IndexGranted(ctx, mgr.GetFieldIndexer()); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -71,7 +80,7 @@ func TestKnownRoutesSurviveTheAPIServer(t *testing.T) {
 	ln.Close()
 	// Routes live in memory for 100 ms only: after that, every lookup goes to the
 	// informer cache, the source of truth.
-	chain := proxy.NewChain(proxy.ChainOptions{TTL: 100 * time.Millisecond}, proxy.ClusterSource{Reader: mgr.GetCache()})
+	chain := proxy.NewChain(proxy.ChainOptions{TTL: 100 * time.Millisecond}, routes.Source{Reader: mgr.GetCache()})
 	if err := mgr.Add(&proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: addr}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // Proxy forwards each request to a backend of its tenant's region.
@@ -66,7 +68,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		p.refuse(ctx, fasthttp.StatusRequestEntityTooLarge, OutcomeError, "the request body is larger than the limit\n")
 		return
 	}
-	host, err := normalizeHost(ctx.Host(), *bufp)
+	host, err := routes.NormalizeHost(ctx.Host(), *bufp)
 	if err != nil {
 		p.refuse(ctx, fasthttp.StatusBadRequest, OutcomeError, "invalid host\n")
 		return

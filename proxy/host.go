@@ -2,87 +2,14 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
-
-	"golang.org/x/net/idna"
 )
 
-var errBadHost = errors.New("invalid host")
-
-// normalizeHost turns a Host header into the name routes are keyed by: lowercase,
-// without port or trailing dot, internationalised names in their xn-- form. It writes
-// into buf and returns it; the common case (already canonical) allocates nothing.
-func normalizeHost(host, buf []byte) ([]byte, error) {
-	// Drop the port; a bracketed IPv6 literal is not a tenant hostname.
-	if len(host) > 0 && host[0] == '[' {
-		return nil, errBadHost
-	}
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 {
-		for _, c := range host[i+1:] {
-			if c < '0' || c > '9' {
-				return nil, errBadHost
-			}
-		}
-		host = host[:i]
-	}
-	host = bytes.TrimSuffix(host, []byte("."))
-	if len(host) == 0 || len(host) > 253 {
-		return nil, errBadHost
-	}
-	out := append(buf[:0], host...)
-	ascii := true
-	for i, c := range out {
-		switch {
-		case c >= 'A' && c <= 'Z':
-			out[i] = c + ('a' - 'A')
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	if !ascii {
-		name, err := idna.Lookup.ToASCII(string(host))
-		if err != nil {
-			return nil, errBadHost
-		}
-		out = append(buf[:0], name...)
-	}
-	if !validDNSName(out) {
-		return nil, errBadHost
-	}
-	return out, nil
-}
-
-// validDNSName checks lowercase RFC 1123 labels of 1-63 characters.
-func validDNSName(name []byte) bool {
-	label := 0
-	for i, c := range name {
-		switch {
-		case c == '.':
-			if label == 0 || name[i-1] == '-' {
-				return false
-			}
-			label = 0
-			continue
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-':
-			if label == 0 {
-				return false
-			}
-		default:
-			return false
-		}
-		label++
-		if label > 63 {
-			return false
-		}
-	}
-	return label > 0 && name[len(name)-1] != '-'
-}
-
-// validTarget checks a request-target as strictly as Go's net/http does, so that no
-// backend reads a target the proxy let through differently: origin-form ("/path?q"),
-// absolute-form (http or https), or "*" for OPTIONS; no control character; in the
-// path, every '%' starts an escape of two hex digits. fasthttp itself accepts more.
+// validTarget checks a request-target at least as strictly as Go's net/http does, so
+// that no backend reads a target the proxy let through differently: origin-form
+// ("/path?q"), absolute-form (http or https, an authority of a host name and an
+// optional port, no user information), or "*" for OPTIONS; no control character, no
+// fragment; in the path, every '%' starts an escape of two hex digits. fasthttp itself
+// accepts more.
 func validTarget(uri []byte, options bool) bool {
 	switch {
 	case len(uri) == 0:
@@ -91,13 +18,22 @@ func validTarget(uri []byte, options bool) bool {
 	case len(uri) == 1 && uri[0] == '*':
 		return options
 	case hasPrefixFold(uri, "http://"), hasPrefixFold(uri, "https://"):
+		rest := uri[bytes.IndexByte(uri, ':')+3:]
+		end := bytes.IndexAny(rest, "/?")
+		if end < 0 {
+			end = len(rest)
+		}
+		if !validAuthority(rest[:end]) {
+			return false
+		}
+		uri = rest[end:]
 	default:
 		return false
 	}
 	inPath := true
 	for i := 0; i < len(uri); i++ {
 		switch c := uri[i]; {
-		case c <= ' ' || c == 0x7f:
+		case c <= ' ' || c == 0x7f || c == '#':
 			return false
 		case c == '?':
 			inPath = false
@@ -105,6 +41,28 @@ func validTarget(uri []byte, options bool) bool {
 			if i+2 >= len(uri) || !isHex(uri[i+1]) || !isHex(uri[i+2]) {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// validAuthority: a host name of letters, digits, dots and hyphens, then an optional
+// port.
+func validAuthority(a []byte) bool {
+	if i := bytes.LastIndexByte(a, ':'); i >= 0 {
+		for _, c := range a[i+1:] {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		a = a[:i]
+	}
+	if len(a) == 0 {
+		return false
+	}
+	for _, c := range a {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
 		}
 	}
 	return true

@@ -20,18 +20,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
-// Route is where a host's requests go.
-type Route struct {
-	Tenant   string   `json:"tenant"`
-	Region   string   `json:"region"`
-	Backends []string `json:"backends"`
-}
+// Route is where a host's requests go (the shared route model's).
+type Route = routes.Route
 
 // ErrNotFound is a layer's answer for a host it knows has no route. From the source of
 // truth it is authoritative; from a cache layer it is only a miss.
-var ErrNotFound = errors.New("no route for this host")
+var ErrNotFound = routes.ErrNotFound
 
 // Layer is one place routes can be looked up.
 type Layer interface {

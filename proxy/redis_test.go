@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // redisServer runs Debian's redis-server on a free port; kill and start stop it and
@@ -78,23 +80,23 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	redisSrv := startRedis(t)
 	eu, _ := backend(t, "eu-west")
 	us, _ := backend(t, "us-east")
-	routes := map[string]Route{}
+	table := map[string]Route{}
 	for i := range 20 {
 		r := Route{Tenant: fmt.Sprintf("t%d", i), Region: "eu-west", Backends: []string{eu.URL}}
 		if i%2 == 1 {
 			r.Region, r.Backends = "us-east", []string{us.URL}
 		}
-		routes[fmt.Sprintf("t%d.auth.example.com", i)] = r
+		table[fmt.Sprintf("t%d.auth.example.com", i)] = r
 	}
-	kv := RedisKV{Client: NewRedisClient(redisSrv.addr())}
-	if err := kv.Put(context.Background(), routes); err != nil {
+	kv := routes.KV{Client: routes.NewRedisClient(redisSrv.addr())}
+	if err := kv.Put(context.Background(), table); err != nil {
 		t.Fatal(err)
 	}
-	lookup := httptest.NewServer(LookupHandler(&fakeLayer{name: "source", routes: routes}))
+	lookup := httptest.NewServer(routes.LookupHandler(&fakeLayer{name: "source", routes: table}, routes.Normalize))
 	defer lookup.Close()
 
 	chain := NewChain(ChainOptions{TTL: 50 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond, Observe: ObserveLayer},
-		kv, HTTPSource{BaseURL: lookup.URL})
+		kv, routes.HTTPSource{BaseURL: lookup.URL})
 	p := New(chain, Options{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,7 +132,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 					continue
 				}
 				resp.Body.Close()
-				if resp.Header.Get("X-Backend") != routes[host].Region {
+				if resp.Header.Get("X-Backend") != table[host].Region {
 					misrouted.Add(1)
 				}
 				ok.Add(1)
@@ -143,7 +145,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	redisSrv.kill()
 	time.Sleep(2 * time.Second)
 	redisSrv.start()
-	if err := kv.Put(context.Background(), routes); err != nil { // a new Redis is empty
+	if err := kv.Put(context.Background(), table); err != nil { // a new Redis is empty
 		t.Fatal(err)
 	}
 	afterRestart := redisHits()

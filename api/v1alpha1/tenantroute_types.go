@@ -134,6 +134,46 @@ type CustomDomainStatus struct {
 	CNAMETarget string `json:"cnameTarget,omitempty"`
 }
 
+// ClaimState says whether a TenantRoute holds a hostname or its tenantID.
+// +kubebuilder:validation:Enum=Granted;Conflict;PendingVerification;Forbidden
+type ClaimState string
+
+const (
+	// ClaimGranted: the TenantRoute holds it. Only granted hostnames get records and
+	// traffic.
+	ClaimGranted ClaimState = "Granted"
+	// ClaimConflict: another TenantRoute was granted it first and still lists it.
+	ClaimConflict ClaimState = "Conflict"
+	// ClaimPendingVerification: a custom domain whose owner has not proven control.
+	ClaimPendingVerification ClaimState = "PendingVerification"
+	// ClaimForbidden: the TenantRoute's namespace may not claim names in that zone.
+	ClaimForbidden ClaimState = "Forbidden"
+)
+
+// ClaimStatus is the state of one claim and since when it holds.
+type ClaimStatus struct {
+	// state is Granted, Conflict, PendingVerification or Forbidden.
+	// +required
+	State ClaimState `json:"state"`
+
+	// since is when the claim entered this state.
+	// +required
+	Since metav1.Time `json:"since"`
+
+	// message says why, for any state but Granted.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// HostnameClaim is the claim state of one hostname of the TenantRoute.
+type HostnameClaim struct {
+	// hostname is one of spec.hostnames.
+	// +required
+	Hostname string `json:"hostname"`
+
+	ClaimStatus `json:",inline"`
+}
+
 // TenantRouteStatus is the observed state of a TenantRoute.
 type TenantRouteStatus struct {
 	// observedGeneration is the generation of the spec last fully reconciled.
@@ -153,6 +193,19 @@ type TenantRouteStatus struct {
 	// +listType=map
 	// +listMapKey=edge
 	Providers []ProviderRecordStatus `json:"providers,omitempty"`
+
+	// hostnames is the claim state of each hostname. A hostname is granted to the first
+	// TenantRoute that claims it and stays with it while it lists it; only granted
+	// hostnames get records and traffic.
+	// +optional
+	// +listType=map
+	// +listMapKey=hostname
+	Hostnames []HostnameClaim `json:"hostnames,omitempty"`
+
+	// tenantID is the claim state of spec.tenantID, which belongs to one TenantRoute in
+	// the cluster: a TenantRoute whose tenantID another holds gets no hostname.
+	// +optional
+	TenantID *ClaimStatus `json:"tenantID,omitempty"`
 
 	// customDomains are the hostnames outside every managed zone, with the CNAME the
 	// tenant must create for each.

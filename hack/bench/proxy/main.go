@@ -19,17 +19,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 const host = "bench.example.com"
 
-type static struct{ route proxy.Route }
+type static struct{ route routes.Route }
 
 func (static) Name() string { return "static" }
 
-func (s static) Lookup(_ context.Context, h string) (proxy.Route, error) {
+func (s static) Lookup(_ context.Context, h string) (routes.Route, error) {
 	if h != host {
-		return proxy.Route{}, proxy.ErrNotFound
+		return routes.Route{}, routes.ErrNotFound
 	}
 	return s.route, nil
 }
@@ -54,19 +55,19 @@ func main() {
 		signal.Notify(stop, os.Interrupt)
 		go func() { <-stop; pprof.StopCPUProfile(); f.Close(); os.Exit(0) }()
 	}
-	src := static{proxy.Route{Tenant: "bench", Region: "bench", Backends: []string{*backend}}}
+	src := static{routes.Route{Tenant: "bench", Region: "bench", Backends: []string{*backend}}}
 	layers := []proxy.Layer{src}
 	if *redisAddr != "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			log.Fatal(err)
 		}
-		go func() { log.Fatal(http.Serve(ln, proxy.LookupHandler(src))) }()
-		kv := proxy.RedisKV{Client: proxy.NewRedisClient(*redisAddr)}
-		if err := kv.Put(context.Background(), map[string]proxy.Route{host: src.route}); err != nil {
+		go func() { log.Fatal(http.Serve(ln, routes.LookupHandler(src, routes.Normalize))) }()
+		kv := routes.KV{Client: routes.NewRedisClient(*redisAddr)}
+		if err := kv.Put(context.Background(), map[string]routes.Route{host: src.route}); err != nil {
 			log.Fatal(err)
 		}
-		layers = []proxy.Layer{kv, proxy.HTTPSource{BaseURL: "http://" + ln.Addr().String()}}
+		layers = []proxy.Layer{kv, routes.HTTPSource{BaseURL: "http://" + ln.Addr().String()}}
 	}
 	if *metricsAddr != "" {
 		registry := prometheus.NewRegistry()

@@ -1,4 +1,4 @@
-package proxy
+package routes
 
 import "testing"
 
@@ -24,7 +24,7 @@ func TestNormalizeHost(t *testing.T) {
 		{"a b.example.com", ""},
 	}
 	for _, c := range cases {
-		got, err := normalizeHost([]byte(c.in), make([]byte, 0, 64))
+		got, err := NormalizeHost([]byte(c.in), make([]byte, 0, 64))
 		if c.want == "" {
 			if err == nil {
 				t.Errorf("%q: accepted as %q", c.in, got)
@@ -41,7 +41,7 @@ func BenchmarkNormalizeHost(b *testing.B) {
 	host, buf := []byte("Acme.Auth.Example.com:443"), make([]byte, 0, 256)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := normalizeHost(host, buf); err != nil {
+		if _, err := NormalizeHost(host, buf); err != nil {
 			b.Fatal(err)
 		}
 	}

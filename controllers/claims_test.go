@@ -1,0 +1,168 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/routes"
+)
+
+// recordOwner returns the owner in the comment of the Cloudflare record of a name.
+func (o *operator) recordOwner(name string) string {
+	for _, r := range o.cf.Records(o.cfZone) {
+		if r.Name == name {
+			return r.Comment
+		}
+	}
+	return ""
+}
+
+// routedTenant is the tenant the proxy would send a host to: the holder of its grant,
+// by the rule the proxy's source of truth applies.
+func routedTenant(host string, namespaces ...string) (string, error) {
+	var all []v1.TenantRoute
+	for _, ns := range namespaces {
+		var list v1.TenantRouteList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return "", err
+		}
+		all = append(all, list.Items...)
+	}
+	if h := routes.Holder(all, host); h != nil {
+		return h.Namespace + "/" + h.Name, nil
+	}
+	return "", nil
+}
+
+func hostnameState(tr *v1.TenantRoute, host string) v1.ClaimState {
+	for _, h := range tr.Status.Hostnames {
+		if h.Hostname == host {
+			return h.State
+		}
+	}
+	return ""
+}
+
+// Two TenantRoutes in namespaces team and team-b, created in the same second, claim
+// one hostname: the one granted it gets the record and the traffic, whichever it is.
+// Under the old rules DNS sorted "team" before "team-b" while the proxy sorted
+// "team-b/..." before "team/...", and sent the traffic to the other tenant.
+func TestSameSecondClaimsAcrossNamespacesAgree(t *testing.T) {
+	o := newOperator(t, "tie")
+	o.extraNS = []string{"team", "team-b"}
+	for _, ns := range o.extraNS {
+		o.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	o.start()
+	const host = "tie.auth.example.com"
+	a, b := o.route("x", host), o.route("x", host)
+	a.Namespace, b.Namespace = "team", "team-b"
+	a.Spec.TenantID, b.Spec.TenantID = "tenant-a", "tenant-b"
+	o.create(a)
+	o.create(b)
+	if a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		t.Log("created in the same second")
+	}
+	var holder string
+	eventually(t, 30*time.Second, func() error {
+		var ga, gb v1.TenantRoute
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(a), &ga); err != nil {
+			return err
+		}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(b), &gb); err != nil {
+			return err
+		}
+		sa, sb := hostnameState(&ga, host), hostnameState(&gb, host)
+		switch {
+		case sa == v1.ClaimGranted && sb == v1.ClaimConflict:
+			holder = "team/x"
+		case sb == v1.ClaimGranted && sa == v1.ClaimConflict:
+			holder = "team-b/x"
+		default:
+			return fmt.Errorf("claims: team %q, team-b %q", sa, sb)
+		}
+		if owner := o.recordOwner(host); owner != "tenantroute:tie/"+holder {
+			return fmt.Errorf("the record belongs to %q, the grant to %s", owner, holder)
+		}
+		return nil
+	})
+	if routed, err := routedTenant(host, "team", "team-b"); err != nil || routed != holder {
+		t.Errorf("DNS serves %s, the proxy routes to %q (%v)", holder, routed, err)
+	}
+}
+
+// A TenantRoute created earlier that adds a hostname another already holds gets a
+// Conflict: the holder keeps the record and the traffic, whatever the ages.
+func TestOlderRouteCannotTakeAGrantedHostname(t *testing.T) {
+	o := newOperator(t, "grant")
+	o.start()
+	o.create(o.route("old", "old.auth.example.com"))
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("old").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	o.create(o.route("new", "held.auth.example.com"))
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("new").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	old := o.get("old")
+	old.Spec.Hostnames = append(old.Spec.Hostnames, "held.auth.example.com")
+	if err := k8s.Update(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		old := o.get("old")
+		if old.Status.ObservedGeneration != old.Generation {
+			return fmt.Errorf("not reconciled yet")
+		}
+		if st := hostnameState(old, "held.auth.example.com"); st != v1.ClaimConflict {
+			return fmt.Errorf("the older route's claim: %q", st)
+		}
+		return expectCondition(old.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, "")
+	})
+	// Give a wrongly taken name time to show in the providers, then check it did not.
+	time.Sleep(3 * time.Second)
+	if owner := o.recordOwner("held.auth.example.com"); owner != "tenantroute:grant/t-grant/new" {
+		t.Errorf("the record of the held name belongs to %q", owner)
+	}
+	if routed, err := routedTenant("held.auth.example.com", o.ns); err != nil || routed != "t-grant/new" {
+		t.Errorf("the proxy routes the held name to %q (%v)", routed, err)
+	}
+}
+
+// A tenantID belongs to one TenantRoute: a second claimant gets a Conflict and
+// neither records nor traffic.
+func TestDuplicateTenantIDIsAConflict(t *testing.T) {
+	o := newOperator(t, "dup")
+	o.start()
+	first, second := o.route("first", "dup-first.auth.example.com"), o.route("second", "dup-second.auth.example.com")
+	first.Spec.TenantID, second.Spec.TenantID = "shared", "shared"
+	o.create(first)
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("first").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	o.create(second)
+	eventually(t, 20*time.Second, func() error {
+		tr := o.get("second")
+		if tr.Status.TenantID == nil || tr.Status.TenantID.State != v1.ClaimConflict {
+			return fmt.Errorf("tenantID claim: %+v", tr.Status.TenantID)
+		}
+		if st := hostnameState(tr, "dup-second.auth.example.com"); st != v1.ClaimConflict {
+			return fmt.Errorf("hostname claim: %q", st)
+		}
+		return expectCondition(tr.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, "")
+	})
+	time.Sleep(3 * time.Second)
+	if owner := o.recordOwner("dup-second.auth.example.com"); owner != "" {
+		t.Errorf("a record was written for the second claimant: %q", owner)
+	}
+	if routed, err := routedTenant("dup-second.auth.example.com", o.ns); err != nil || routed != "" {
+		t.Errorf("the proxy routes the second claimant's name to %q (%v)", routed, err)
+	}
+}

@@ -1,0 +1,100 @@
+package routes
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+func tr(ns, name, uid, tenant string, hosts ...string) *v1.TenantRoute {
+	return &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)},
+		Spec: v1.TenantRouteSpec{TenantID: tenant, Hostnames: hosts}}
+}
+
+func states(hosts []v1.HostnameClaim) map[string]v1.ClaimState {
+	out := map[string]v1.ClaimState{}
+	for _, h := range hosts {
+		out[h.Hostname] = h.State
+	}
+	return out
+}
+
+func TestFirstGrantedKeepsWhateverTheAge(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	young, old := tr("b", "young", "u1", "young", "x.example.com"), tr("a", "old", "u2", "old", "y.example.com")
+	old.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	if _, h := c.Claim(young, now); h[0].State != v1.ClaimGranted {
+		t.Fatalf("first claim: %+v", h)
+	}
+	old.Spec.Hostnames = append(old.Spec.Hostnames, "x.example.com")
+	_, h := c.Claim(old, now)
+	if s := states(h); s["x.example.com"] != v1.ClaimConflict || s["y.example.com"] != v1.ClaimGranted {
+		t.Errorf("an older route adding a granted name: %v", s)
+	}
+	// Released when the holder stops listing it, then granted to the next claimant.
+	young.Spec.Hostnames = []string{"z.example.com"}
+	c.Claim(young, now)
+	if _, h := c.Claim(old, now); states(h)["x.example.com"] != v1.ClaimGranted {
+		t.Errorf("after release: %v", states(h))
+	}
+}
+
+func TestTenantIDBelongsToOneRoute(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	a, b := tr("a", "r", "u1", "acme", "a.example.com"), tr("b", "r", "u2", "acme", "b.example.com")
+	c.Claim(a, now)
+	tenant, h := c.Claim(b, now)
+	if tenant.State != v1.ClaimConflict || h[0].State != v1.ClaimConflict {
+		t.Errorf("a second claimant of tenantID acme: %+v %+v", tenant, h)
+	}
+	// The holder goes: the next claimant gets the tenantID and its names.
+	c.Release(types.NamespacedName{Namespace: "a", Name: "r"})
+	if tenant, h := c.Claim(b, now); tenant.State != v1.ClaimGranted || h[0].State != v1.ClaimGranted {
+		t.Errorf("after the holder went: %+v %+v", tenant, h)
+	}
+}
+
+func TestRecreatedObjectIsANewClaimant(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	c.Claim(tr("a", "r", "u1", "acme", "a.example.com"), now)
+	// Same name, new object (its predecessor deleted without us seeing it go).
+	if _, h := c.Claim(tr("a", "r", "u2", "acme", "a.example.com"), now); h[0].State != v1.ClaimGranted {
+		t.Errorf("the recreated object: %+v", h)
+	}
+}
+
+// A restarted operator learns the grants from status, keeps their times, and the
+// holder stays the holder even if the other route is claimed first.
+func TestGrantsSurviveARestart(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1.AddToScheme(scheme)
+	since := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	holder := tr("a", "holder", "u1", "acme", "x.example.com")
+	holder.Status.TenantID = &v1.ClaimStatus{State: v1.ClaimGranted, Since: since}
+	holder.Status.Hostnames = []v1.HostnameClaim{{Hostname: "x.example.com", ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: since}}}
+	other := tr("b", "other", "u2", "globex", "x.example.com")
+	c := NewClaims()
+	if err := c.EnsureSeeded(context.Background(), fake.NewClientBuilder().WithScheme(scheme).WithObjects(holder, other).Build()); err != nil {
+		t.Fatal(err)
+	}
+	if _, h := c.Claim(other, metav1.Now()); h[0].State != v1.ClaimConflict {
+		t.Errorf("the other route after a restart: %+v", h)
+	}
+	_, h := c.Claim(holder, metav1.Now())
+	if h[0].State != v1.ClaimGranted || !h[0].Since.Equal(&since) {
+		t.Errorf("the holder after a restart: %+v", h)
+	}
+	if got := Holder([]v1.TenantRoute{*other, *holder}, "x.example.com"); got == nil || got.Name != "holder" {
+		t.Errorf("Holder: %v", got)
+	}
+}

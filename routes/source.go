@@ -1,0 +1,135 @@
+package routes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+// GrantedIndex is the field index of TenantRoutes by the hostnames their status
+// says they were granted; IndexGranted registers it.
+const GrantedIndex = "status.grantedHostnames"
+
+// IndexGranted registers GrantedIndex with a manager's field indexer.
+func IndexGranted(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &v1.TenantRoute{}, GrantedIndex, func(o client.Object) []string {
+		return Granted(o.(*v1.TenantRoute))
+	})
+}
+
+// Source is the source of truth: the TenantRoute granted a host, and its Region's
+// backends, read from a cache (the manager's informers), so that it keeps answering
+// while the API server is away.
+type Source struct {
+	Reader client.Reader
+}
+
+// Name names the source in the proxy's metrics.
+func (Source) Name() string { return "source" }
+
+// Lookup returns the route of the TenantRoute granted host, or ErrNotFound.
+func (s Source) Lookup(ctx context.Context, host string) (Route, error) {
+	var candidates v1.TenantRouteList
+	if err := s.Reader.List(ctx, &candidates, client.MatchingFields{GrantedIndex: host}); err != nil {
+		return Route{}, fmt.Errorf("listing TenantRoutes granted %s: %w", host, err)
+	}
+	holder := Holder(candidates.Items, host)
+	if holder == nil {
+		return Route{}, ErrNotFound
+	}
+	r := Route{Tenant: holder.Spec.TenantID, Region: holder.Spec.Region}
+	region := &v1.Region{}
+	switch err := s.Reader.Get(ctx, client.ObjectKey{Name: holder.Spec.Region}, region); {
+	case apierrors.IsNotFound(err):
+		// Known tenant, unknown region: no backend, so a clear 503, never another region.
+	case err != nil:
+		return Route{}, fmt.Errorf("reading Region %s: %w", holder.Spec.Region, err)
+	default:
+		for _, b := range region.Spec.Backends {
+			r.Backends = append(r.Backends, b.URL)
+		}
+	}
+	return r, nil
+}
+
+// Lookup is anything routes can be looked up in.
+type Lookup interface {
+	Lookup(ctx context.Context, host string) (Route, error)
+}
+
+// LookupHandler serves the read-only lookup endpoint standalone proxies use:
+// GET /v1/routes?host=<host> answers 200 with the route as JSON, 404 when no
+// TenantRoute is granted the host, 400 for an invalid host. normalize canonicalises
+// the host as the proxy does.
+func LookupHandler(src Lookup, normalize func(string) (string, bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/routes" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		host, ok := normalize(r.URL.Query().Get("host"))
+		if !ok {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"invalid host"}` + "\n"))
+			return
+		}
+		route, err := src.Lookup(r.Context(), host)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"no route for this host"}` + "\n"))
+		case err != nil:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		default:
+			_ = json.NewEncoder(w).Encode(route)
+		}
+	})
+}
+
+// HTTPSource is the source of truth of a standalone proxy: the manager's lookup
+// endpoint.
+type HTTPSource struct {
+	BaseURL string
+	Client  *http.Client
+}
+
+// Name names the source in the proxy's metrics.
+func (HTTPSource) Name() string { return "source" }
+
+// Lookup asks the lookup endpoint.
+func (s HTTPSource) Lookup(ctx context.Context, host string) (Route, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.BaseURL+"/v1/routes?host="+url.QueryEscape(host), nil)
+	if err != nil {
+		return Route{}, err
+	}
+	c := s.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return Route{}, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var r Route
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			return Route{}, fmt.Errorf("decoding the lookup answer: %w", err)
+		}
+		return r, nil
+	case http.StatusNotFound:
+		return Route{}, ErrNotFound
+	}
+	return Route{}, fmt.Errorf("lookup endpoint answered %s", resp.Status)
+}
