@@ -47,7 +47,7 @@ type config struct {
 	proxyAddr  string
 	lookupAddr string
 	lookupURL  string
-	redisAddr  string
+	shared     sharedFlags
 	chain      proxy.ChainOptions
 	upstream   proxy.Options
 }
@@ -71,7 +71,7 @@ func main() {
 	flag.StringVar(&c.proxyAddr, "proxy-bind-address", ":8088", "Address the routing proxy listens on; 0 disables the embedded proxy.")
 	flag.StringVar(&c.lookupAddr, "lookup-bind-address", ":8082", "Address of the read-only route lookup endpoint (GET /v1/routes?host=) standalone proxies use; 0 disables it.")
 	flag.StringVar(&c.lookupURL, "lookup-url", "", "--mode=proxy: base URL of the operator's lookup endpoint, e.g. http://tenantroute-lookup.tenantroute-system.svc:8082.")
-	flag.StringVar(&c.redisAddr, "redis-addr", "", "Redis (host:port) shared by proxies; the operator keeps it filled. Optional.")
+	bindSharedFlags(flag.CommandLine, &c.shared)
 	flag.DurationVar(&c.chain.TTL, "route-cache-ttl", 30*time.Second, "How long the proxy keeps a route in memory; hot routes are refreshed before.")
 	flag.DurationVar(&c.chain.MaxStale, "route-max-stale", time.Hour, "How long past its TTL a route is served when every source fails.")
 	flag.DurationVar(&c.chain.LayerTimeout, "route-lookup-timeout", 250*time.Millisecond, "Time budget of each route source (Redis, the lookup endpoint) per lookup.")
@@ -122,17 +122,22 @@ func runAll(ctx context.Context, c config) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	var kv *routes.KV
-	if c.redisAddr != "" {
-		kv = &routes.KV{Client: routes.NewRedisClient(c.redisAddr)}
-		c.operator.RedisKV = kv
+	kv, err := c.shared.kv()
+	if err != nil {
+		return err
 	}
+	c.operator.RedisKV = kv
+	c.operator.KVSyncInterval = c.shared.kvSync
 	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
 	source := routes.Source{Reader: mgr.GetCache()}
 	if c.lookupAddr != "0" {
-		if err := mgr.Add(httpServer(c.lookupAddr, routes.LookupHandler(source, routes.Normalize))); err != nil {
+		token, err := c.shared.lookupToken()
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(httpServer(c.lookupAddr, routes.LookupHandler(source, token, routes.Normalize))); err != nil {
 			return err
 		}
 	}
@@ -155,7 +160,7 @@ func runAll(ctx context.Context, c config) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", c.redisAddr != "")
+	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
 	return mgr.Start(ctx)
 }
 
@@ -170,9 +175,17 @@ func runProxy(ctx context.Context, c config) error {
 	if err := proxy.Register(registry); err != nil {
 		return err
 	}
-	layers := []proxy.Layer{routes.HTTPSource{BaseURL: c.lookupURL, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
-	if c.redisAddr != "" {
-		layers = append([]proxy.Layer{routes.KV{Client: routes.NewRedisClient(c.redisAddr)}}, layers...)
+	token, err := c.shared.lookupToken()
+	if err != nil {
+		return err
+	}
+	layers := []proxy.Layer{routes.HTTPSource{BaseURL: c.lookupURL, Token: token, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
+	kv, err := c.shared.kv()
+	if err != nil {
+		return err
+	}
+	if kv != nil {
+		layers = append([]proxy.Layer{*kv}, layers...)
 	}
 	chain := proxy.NewChain(c.chain, layers...)
 	probes := http.NewServeMux()
@@ -185,7 +198,7 @@ func runProxy(ctx context.Context, c config) error {
 	if c.metricsAddr != "0" {
 		runnables = append(runnables, httpServer(c.metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	}
-	ctrl.Log.Info("starting proxy", "listen", c.proxyAddr, "lookup", c.lookupURL, "redis", c.redisAddr != "")
+	ctrl.Log.Info("starting proxy", "listen", c.proxyAddr, "lookup", c.lookupURL, "redis", kv != nil)
 	errs := make(chan error, len(runnables))
 	for _, r := range runnables {
 		go func() { errs <- r.Start(ctx) }()

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -165,4 +166,51 @@ func TestDuplicateTenantIDIsAConflict(t *testing.T) {
 	if routed, err := routedTenant("dup-second.auth.example.com", o.ns); err != nil || routed != "" {
 		t.Errorf("the proxy routes the second claimant's name to %q (%v)", routed, err)
 	}
+}
+
+// A route deleted while Redis is unreachable, with the manager restarted before Redis
+// is back, is gone from Redis within one synchronisation after: the operator deletes
+// every entry no TenantRoute grants.
+func TestRedisForgetsRoutesDeletedWhileItWasDown(t *testing.T) {
+	redisSrv := testenv.StartRedis(t)
+	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	o := newOperator(t, "kvsync")
+	o.kv, o.kvSync = &kv, time.Second
+	o.start()
+	const host = "kv.auth.example.com"
+	o.create(o.route("doomed", host))
+	eventually(t, 20*time.Second, func() error {
+		r, err := kv.Lookup(context.Background(), host)
+		if err != nil || r.Tenant != "doomed" {
+			return fmt.Errorf("in Redis: %+v %v", r, err)
+		}
+		return nil
+	})
+	redisSrv.Pause()
+	if err := k8s.Delete(context.Background(), o.get("doomed")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		var tr v1.TenantRoute
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: o.ns, Name: "doomed"}, &tr); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	o.stopManager()
+	redisSrv.Resume()
+	if _, err := kv.Lookup(context.Background(), host); err != nil {
+		t.Fatalf("the deleted route's entry should still be in Redis before the operator is back: %v", err)
+	}
+	o.start()
+	eventually(t, 10*time.Second, func() error {
+		if n, err := kv.Client.Exists(context.Background(), routes.KeyPrefix+host).Result(); err != nil || n != 0 {
+			return fmt.Errorf("still in Redis (%v)", err)
+		}
+		return nil
+	})
 }

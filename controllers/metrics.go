@@ -18,6 +18,14 @@ var (
 		Name: "tenantroute_provider_api_errors_total",
 		Help: "DNS provider API requests that failed (HTTP status >= 400 or no answer), by EdgeProvider, operation and code.",
 	}, []string{"provider", "operation", "code"})
+	kvSyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_kv_syncs_total",
+		Help: "Full synchronisations of the shared cache (Redis) by result (ok, error).",
+	}, []string{"result"})
+	kvOrphansDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_kv_orphans_deleted_total",
+		Help: "Route entries deleted from the shared cache because no TenantRoute grants their hostname.",
+	})
 	recordsManaged = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenantroute_records_managed",
 		Help: "Record sets the operator owns, by EdgeProvider.",
@@ -48,7 +56,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
-		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds)
+		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted)
 }
 
 // observeProvider returns the hook that counts one EdgeProvider's API requests.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,8 +18,9 @@ import (
 )
 
 // RouteKVReconciler keeps the shared KV (Redis) that standalone proxies read filled
-// with the route of every hostname. Redis being down delays this, never routing: the
-// proxies fall through to the lookup endpoint.
+// with the route of every granted hostname as TenantRoutes change. Redis being down
+// delays this, never routing: the proxies fall through to the lookup endpoint. What a
+// change missed (Redis down, a restart) the periodic KVSync repairs.
 type RouteKVReconciler struct {
 	client.Client
 	KV routes.KV
@@ -84,4 +86,64 @@ func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRou
 		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routes.routesMatching(indexRegion))).
 		Named("routekv").
 		Complete(r)
+}
+
+// KVSync writes every granted hostname's route to the KV again and deletes every
+// route key no TenantRoute grants, whoever wrote it: on start (it runs on the leader,
+// so on becoming leader too) and every Interval, which must be well below the
+// entries' TTL. A route deleted while Redis was down is gone from Redis within one
+// interval after it is back.
+type KVSync struct {
+	Reader   client.Reader
+	KV       routes.KV
+	Interval time.Duration
+}
+
+// Start implements manager.Runnable.
+func (s *KVSync) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("kvsync")
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if deleted, err := s.sync(ctx); err != nil {
+			kvSyncs.WithLabelValues("error").Inc()
+			log.Info("the shared cache could not be synchronised; trying again at the next interval", "error", err.Error())
+		} else {
+			kvSyncs.WithLabelValues("ok").Inc()
+			kvOrphansDeleted.Add(float64(deleted))
+			if deleted > 0 {
+				log.Info("deleted routes no TenantRoute grants from the shared cache", "deleted", deleted)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (s *KVSync) NeedLeaderElection() bool { return true }
+
+func (s *KVSync) sync(ctx context.Context) (int, error) {
+	var list v1.TenantRouteList
+	if err := s.Reader.List(ctx, &list); err != nil {
+		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
+	}
+	src := routes.Source{Reader: s.Reader}
+	want := map[string]routes.Route{}
+	for i := range list.Items {
+		for _, h := range routes.Granted(&list.Items[i]) {
+			switch r, err := src.Lookup(ctx, h); {
+			case err == nil:
+				want[h] = r
+			case !errors.Is(err, routes.ErrNotFound):
+				return 0, err
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return s.KV.Sync(ctx, want)
 }

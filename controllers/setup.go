@@ -29,8 +29,10 @@ type Options struct {
 	Revalidate time.Duration
 	// MaxConcurrentReconciles of TenantRoutes.
 	MaxConcurrentReconciles int
-	// RedisKV, if set, is kept filled with every hostname's route for standalone proxies.
-	RedisKV *routes.KV
+	// RedisKV, if set, is kept filled with every granted hostname's route for
+	// standalone proxies, and synchronised whole every KVSyncInterval.
+	RedisKV        *routes.KV
+	KVSyncInterval time.Duration
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -81,6 +83,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.RedisKV != nil {
 		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV}).SetupWithManager(mgr, tenantRoutes); err != nil {
 			return fmt.Errorf("setting up the Redis route writer: %w", err)
+		}
+		if o.KVSyncInterval <= 0 {
+			o.KVSyncInterval = o.RedisKV.TTL / 3
+		}
+		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), KV: *o.RedisKV, Interval: o.KVSyncInterval}); err != nil {
+			return fmt.Errorf("adding the Redis synchroniser: %w", err)
 		}
 	}
 	return nil

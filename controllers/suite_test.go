@@ -34,6 +34,7 @@ import (
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 var (
@@ -85,6 +86,9 @@ type operator struct {
 	stopManager       func()
 	// extraNS are more namespaces the manager sees, for tests across namespaces.
 	extraNS []string
+	// kv, if set, is the shared cache the operator keeps, synchronised every kvSync.
+	kv     *routes.KV
+	kvSync time.Duration
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -196,7 +200,8 @@ func (o *operator) start() {
 		o.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
+		RedisKV: o.kv, KVSyncInterval: o.kvSync}); err != nil {
 		o.t.Fatal(err)
 	}
 	done := make(chan error, 1)

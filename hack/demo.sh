@@ -126,11 +126,15 @@ start servers bin/demo servers --edge-cloudflare "127.0.0.1:${p_edge_cf}" --edge
 check "the Cloudflare API emulator answers" 20 curl -sf "http://127.0.0.1:${p_cf}/__admin/counters"
 check "the Route53 API emulator answers" 20 curl -sf "http://127.0.0.1:${p_r53}/__admin/counters"
 check "the edges' health endpoints answer" 20 curl -sf "http://127.0.0.1:${p_edge_cf}/healthz"
+# The secrets operator and proxies share, in files as mounted Secrets would be: the
+# lookup endpoint's token and the key that authenticates the routes in Redis.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${dir}/lookup-token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${dir}/redis-hmac-key"
 redis_args=()
 if command -v redis-server >/dev/null; then
   start redis redis-server --port "${p_redis}" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no
   check "Redis answers" 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/${p_redis}"
-  redis_args=(--redis-addr "127.0.0.1:${p_redis}")
+  redis_args=(--redis-addr "127.0.0.1:${p_redis}" --redis-hmac-key-file "${dir}/redis-hmac-key")
   note "Redis on port ${p_redis}: the operator keeps it filled, the proxy reads it"
 else
   note "redis-server is not installed: the proxy runs without its shared KV (apt-get install redis-server)"
@@ -144,7 +148,8 @@ kubectl -n tenantroute-system create secret generic aws-credentials \
   --from-literal=access-key-id=AKIAEMULATOR --from-literal=secret-access-key=emulator-secret >/dev/null
 start manager bin/manager --namespace tenantroute-system --metrics-bind-address "127.0.0.1:${p_metrics}" \
   --health-probe-bind-address "127.0.0.1:${p_probes}" --proxy-bind-address "127.0.0.1:${p_proxy}" \
-  --lookup-bind-address "127.0.0.1:${p_lookup}" --route-cache-ttl 2s "${redis_args[@]}"
+  --lookup-bind-address "127.0.0.1:${p_lookup}" --lookup-token-file "${dir}/lookup-token" \
+  --route-cache-ttl 2s "${redis_args[@]}"
 check "the manager is healthy" 60 curl -sf "http://127.0.0.1:${p_probes}/readyz"
 
 cat > "${dir}/objects.yaml" <<YAML

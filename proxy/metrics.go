@@ -16,6 +16,10 @@ var (
 		Name: "tenantroute_proxy_lookups_total",
 		Help: "Route lookups by layer (memory, redis, source) and result (hit, miss, stale, error, breaker_open).",
 	}, []string{"layer", "result"})
+	kvRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_kv_rejected_total",
+		Help: "Shared-cache entries the proxy ignored, by reason (forged, expired, malformed); the source of truth answered instead.",
+	}, []string{"reason"})
 	rejectedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantroute_proxy_rejected_connections_total",
 		Help: "Client connections refused at accept by a connection limit, by the status sent (503: MaxConns, 429: MaxConnsPerIP).",
@@ -44,7 +48,7 @@ func init() {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -73,3 +77,7 @@ func observeRequest(status int, o Outcome) {
 }
 
 func observeRejectedConn(code string) { rejectedConns.WithLabelValues(code).Inc() }
+
+// ObserveKVRejected counts a shared-cache entry ignored as untrustworthy; it is the
+// KV's Rejected hook.
+func ObserveKVRejected(reason string) { kvRejected.WithLabelValues(reason).Inc() }

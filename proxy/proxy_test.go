@@ -64,7 +64,13 @@ type testProxy struct {
 
 func startProxy(t testing.TB, routes map[string]Route, opts Options) *testProxy {
 	src := &fakeLayer{name: "source", routes: routes}
-	p := New(NewChain(ChainOptions{}, src), opts)
+	tp := serveProxy(t, New(NewChain(ChainOptions{}, src), opts))
+	tp.src = src
+	return tp
+}
+
+// serveProxy serves p on a local port until the test ends.
+func serveProxy(t testing.TB, p *Proxy) *testProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +78,7 @@ func startProxy(t testing.TB, routes map[string]Route, opts Options) *testProxy 
 	srv := p.newServer()
 	go func() { _ = srv.Serve(p.Listener(ln)) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	return &testProxy{url: "http://" + ln.Addr().String(), src: src, client: &http.Client{Timeout: 10 * time.Second}}
+	return &testProxy{url: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second}}
 }
 
 func (tp *testProxy) get(t *testing.T, host, path string, header http.Header) *http.Response {

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,69 +13,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
-
-// redisServer runs Debian's redis-server on a free port; kill and start stop it and
-// bring it back on the same port.
-type redisServer struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server is needed (apt-get install redis-server; .ci/run installs it): %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	r := &redisServer{t: t, port: port}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *redisServer) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", r.addr()); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *redisServer) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
-}
 
 // TestRedisOutageUnderLoad: with routes held in memory for only 50 ms, lookups go to
 // Redis all the time; Redis is killed and restarted under load, and no request fails
 // or reaches the wrong region.
 func TestRedisOutageUnderLoad(t *testing.T) {
-	redisSrv := startRedis(t)
+	redisSrv := testenv.StartRedis(t)
 	eu, _ := backend(t, "eu-west")
 	us, _ := backend(t, "us-east")
 	table := map[string]Route{}
@@ -88,15 +32,19 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 		}
 		table[fmt.Sprintf("t%d.auth.example.com", i)] = r
 	}
-	kv := routes.KV{Client: routes.NewRedisClient(redisSrv.addr())}
+	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := routes.KV{Client: rc, Key: testKey}
 	if err := kv.Put(context.Background(), table); err != nil {
 		t.Fatal(err)
 	}
-	lookup := httptest.NewServer(routes.LookupHandler(&fakeLayer{name: "source", routes: table}, routes.Normalize))
+	lookup := httptest.NewServer(routes.LookupHandler(&fakeLayer{name: "source", routes: table}, testToken, routes.Normalize))
 	defer lookup.Close()
 
 	chain := NewChain(ChainOptions{TTL: 50 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond, Observe: ObserveLayer},
-		kv, routes.HTTPSource{BaseURL: lookup.URL})
+		kv, routes.HTTPSource{BaseURL: lookup.URL, Token: testToken})
 	p := New(chain, Options{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,9 +90,9 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	redisHits := func() float64 { return testutil.ToFloat64(lookups.WithLabelValues("redis", "hit")) }
 	time.Sleep(time.Second)
 	before := redisHits()
-	redisSrv.kill()
+	redisSrv.Kill()
 	time.Sleep(2 * time.Second)
-	redisSrv.start()
+	redisSrv.Start()
 	if err := kv.Put(context.Background(), table); err != nil { // a new Redis is empty
 		t.Fatal(err)
 	}
@@ -166,5 +114,71 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	}
 	if before == 0 || redisHits() == afterRestart {
 		t.Errorf("Redis was not used before the kill (%.0f hits) or after the restart", before)
+	}
+}
+
+var (
+	testKey   = []byte("test-hmac-key-0123456789abcdef0123456789")
+	testToken = []byte("test-lookup-token-0123456789")
+)
+
+// An entry in Redis that the operator did not write (plain JSON, signed with another
+// key, or moved from another host) is ignored and counted: the request still reaches
+// the right tenant, through the source of truth.
+func TestForgedRedisEntriesAreIgnored(t *testing.T) {
+	redisSrv := testenv.StartRedis(t)
+	client, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	right, _ := backend(t, "right")
+	attacker, attacked := backend(t, "attacker")
+	good := Route{Tenant: "acme", Region: "eu", Backends: []string{right.URL}}
+	evil := Route{Tenant: "victim", Region: "eu", Backends: []string{attacker.URL}}
+	ctx := context.Background()
+	// Plain JSON, as an earlier version wrote and anyone reaching Redis can.
+	if err := client.Set(ctx, routes.KeyPrefix+"plain.example.com", `{"tenant":"victim","region":"eu","backends":["`+attacker.URL+`"]}`, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Signed with another key.
+	if err := (routes.KV{Client: client, Key: []byte("another-key-0123456789abcdef012345")}).Put(ctx, map[string]Route{"otherkey.example.com": evil}); err != nil {
+		t.Fatal(err)
+	}
+	// Signed with the right key, for another host, then moved.
+	kv := routes.KV{Client: client, Key: testKey, Rejected: ObserveKVRejected}
+	if err := kv.Put(ctx, map[string]Route{"elsewhere.example.com": evil}); err != nil {
+		t.Fatal(err)
+	}
+	moved, _ := client.Get(ctx, routes.KeyPrefix+"elsewhere.example.com").Result()
+	if err := client.Set(ctx, routes.KeyPrefix+"moved.example.com", moved, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"plain.example.com", "otherkey.example.com", "moved.example.com"}
+	table := map[string]Route{}
+	for _, h := range hosts {
+		table[h] = good
+	}
+	before := testutil.ToFloat64(kvRejected.WithLabelValues("forged")) + testutil.ToFloat64(kvRejected.WithLabelValues("malformed"))
+	src := &fakeLayer{name: "source", routes: table}
+	tp := serveProxy(t, New(NewChain(ChainOptions{}, kv, src), Options{}))
+	for _, h := range hosts {
+		resp := tp.get(t, h, "/", nil)
+		if got := body(t, resp); got != "right" {
+			t.Errorf("%s reached %q", h, got)
+		}
+	}
+	if attacked.Load() != 0 {
+		t.Errorf("the attacker's backend got %d requests", attacked.Load())
+	}
+	after := testutil.ToFloat64(kvRejected.WithLabelValues("forged")) + testutil.ToFloat64(kvRejected.WithLabelValues("malformed"))
+	if after-before != 3 {
+		t.Errorf("%v entries counted as rejected, want 3", after-before)
+	}
+	// An entry the operator wrote is believed.
+	if err := kv.Put(ctx, map[string]Route{"real.example.com": good}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := kv.Lookup(ctx, "real.example.com"); err != nil || r.Tenant != "acme" {
+		t.Errorf("an authentic entry: %+v %v", r, err)
 	}
 }

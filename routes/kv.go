@@ -2,51 +2,130 @@ package routes
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// KeyPrefix namespaces the proxy's keys in the shared KV.
+// KeyPrefix namespaces the routes in the shared cache.
 const KeyPrefix = "tenantroute:route:"
 
+// DefaultEntryTTL is how long an entry is believed without being written again.
+const DefaultEntryTTL = 10 * time.Minute
+
 // KV is the shared cache (the Workers KV of the original design): the operator
-// writes it, proxies read it. Entries never expire on their own: the operator writes and deletes them.
+// writes it, proxies read it. Anything that can reach Redis could write it, so an
+// entry is trusted only if it is authenticated: each carries an HMAC-SHA256, keyed by
+// a secret shared by the operator and the proxies, over its host and its content, and
+// an expiry. A proxy ignores (as a miss: the source of truth answers) an entry that
+// is forged, moved to another host, malformed or expired, and says so through
+// Rejected.
+//
+// An entry is "v1.<payload>.<mac>", both base64url; the payload is the route as JSON
+// with "exp", its expiry in Unix seconds. Redis also expires it then.
 type KV struct {
 	Client redis.UniversalClient
+	// Key authenticates entries; at least 32 bytes.
+	Key []byte
+	// TTL of an entry; the operator writes every entry again well before.
+	TTL time.Duration
+	// Rejected, if set, is told why an entry was ignored: forged, expired, malformed.
+	Rejected func(reason string)
 }
 
-// Name implements Layer.
+type entry struct {
+	Route
+	Exp int64 `json:"exp"`
+}
+
+// Name names the cache in the proxy's metrics.
 func (KV) Name() string { return "redis" }
 
-// Lookup implements Layer; a missing key is a miss (ErrNotFound), not an answer.
+func (k KV) ttl() time.Duration {
+	if k.TTL <= 0 {
+		return DefaultEntryTTL
+	}
+	return k.TTL
+}
+
+// Lookup returns the route of host if its entry is authentic and current; a missing
+// or untrusted entry is a miss (ErrNotFound).
 func (k KV) Lookup(ctx context.Context, host string) (Route, error) {
-	b, err := k.Client.Get(ctx, KeyPrefix+host).Bytes()
+	b, err := k.Client.Get(ctx, KeyPrefix+host).Result()
 	if errors.Is(err, redis.Nil) {
 		return Route{}, ErrNotFound
 	}
 	if err != nil {
 		return Route{}, err
 	}
-	var r Route
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Route{}, fmt.Errorf("decoding %s: %w", KeyPrefix+host, err)
+	r, reason := k.open(host, b, time.Now())
+	if reason != "" {
+		if k.Rejected != nil {
+			k.Rejected(reason)
+		}
+		return Route{}, ErrNotFound
 	}
 	return r, nil
 }
 
-// Put writes the routes of hosts; Delete removes hosts.
+func (k KV) seal(host string, r Route, now time.Time) (string, error) {
+	payload, err := json.Marshal(entry{Route: r, Exp: now.Add(k.ttl()).Unix()})
+	if err != nil {
+		return "", err
+	}
+	p := base64.RawURLEncoding.EncodeToString(payload)
+	return "v1." + p + "." + base64.RawURLEncoding.EncodeToString(k.mac(host, p)), nil
+}
+
+func (k KV) mac(host, payload string) []byte {
+	m := hmac.New(sha256.New, k.Key)
+	m.Write([]byte(host))
+	m.Write([]byte{0})
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+// open checks an entry and returns its route, or why it is not to be believed.
+func (k KV) open(host, value string, now time.Time) (Route, string) {
+	parts := strings.Split(value, ".")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return Route{}, "malformed"
+	}
+	sum, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || !hmac.Equal(sum, k.mac(host, parts[1])) {
+		return Route{}, "forged"
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	var e entry
+	if err != nil || json.Unmarshal(payload, &e) != nil {
+		return Route{}, "malformed"
+	}
+	if now.Unix() >= e.Exp {
+		return Route{}, "expired"
+	}
+	return e.Route, ""
+}
+
+// Put writes the routes of hosts, each authenticated and expiring after TTL.
 func (k KV) Put(ctx context.Context, routes map[string]Route) error {
+	now := time.Now()
 	pipe := k.Client.Pipeline()
 	for host, r := range routes {
-		b, err := json.Marshal(r)
+		v, err := k.seal(host, r, now)
 		if err != nil {
 			return err
 		}
-		pipe.Set(ctx, KeyPrefix+host, b, 0)
+		pipe.Set(ctx, KeyPrefix+host, v, k.ttl())
 	}
 	_, err := pipe.Exec(ctx)
 	return err
@@ -64,16 +143,103 @@ func (k KV) Delete(ctx context.Context, hosts ...string) error {
 	return k.Client.Del(ctx, keys...).Err()
 }
 
+// Sync makes the KV hold exactly routes: every entry written again (with a fresh
+// expiry) and every other route key deleted, whoever wrote it. It returns how many
+// keys it deleted.
+func (k KV) Sync(ctx context.Context, routes map[string]Route) (deleted int, err error) {
+	batch := map[string]Route{}
+	for host, r := range routes {
+		batch[host] = r
+		if len(batch) == 1000 {
+			if err := k.Put(ctx, batch); err != nil {
+				return 0, err
+			}
+			clear(batch)
+		}
+	}
+	if err := k.Put(ctx, batch); err != nil {
+		return 0, err
+	}
+	var stale []string
+	iter := k.Client.Scan(ctx, 0, KeyPrefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if host := strings.TrimPrefix(iter.Val(), KeyPrefix); routes[host].Tenant == "" {
+			stale = append(stale, host)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
+	for len(stale) > 0 {
+		n := min(len(stale), 1000)
+		if err := k.Delete(ctx, stale[:n]...); err != nil {
+			return deleted, err
+		}
+		deleted += n
+		stale = stale[n:]
+	}
+	return deleted, nil
+}
+
+// LoadKey reads an HMAC key from a file (a mounted Secret), never from a flag value
+// that would show in ps.
+func LoadKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the shared cache's key: %w", err)
+	}
+	key := []byte(strings.TrimSpace(string(b)))
+	if len(key) < 32 {
+		return nil, fmt.Errorf("the shared cache's key in %s has %d bytes; at least 32 are needed", path, len(key))
+	}
+	return key, nil
+}
+
+// RedisOptions say how to reach Redis: one address, a Sentinel group (MasterName) or
+// a Cluster (several addresses), with AUTH and TLS. Secrets come from files.
+type RedisOptions struct {
+	Addrs        []string
+	MasterName   string
+	Username     string
+	PasswordFile string
+	TLS          bool
+	CAFile       string
+}
+
 // NewRedisClient returns a client with timeouts short enough that a dead Redis costs
-// a request milliseconds, and few retries: the chain falls through to the source.
-func NewRedisClient(addr string) redis.UniversalClient {
-	return redis.NewClient(&redis.Options{
-		Addr:          addr,
+// a request milliseconds, and few retries: the lookup falls through to the source.
+func NewRedisClient(o RedisOptions) (redis.UniversalClient, error) {
+	u := &redis.UniversalOptions{
+		Addrs:         o.Addrs,
+		MasterName:    o.MasterName,
+		Username:      o.Username,
 		DialTimeout:   200 * time.Millisecond,
 		ReadTimeout:   100 * time.Millisecond,
 		WriteTimeout:  100 * time.Millisecond,
 		MaxRetries:    -1,
 		DialerRetries: 1,
 		PoolSize:      64,
-	})
+	}
+	if o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the Redis password: %w", err)
+		}
+		u.Password = strings.TrimSpace(string(b))
+	}
+	if o.TLS {
+		u.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.CAFile != "" {
+			pem, err := os.ReadFile(o.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("reading the Redis CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("no certificate in %s", o.CAFile)
+			}
+			u.TLSConfig.RootCAs = pool
+		}
+	}
+	return redis.NewUniversalClient(u), nil
 }

@@ -2,6 +2,8 @@ package routes
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,16 +68,25 @@ type Lookup interface {
 }
 
 // LookupHandler serves the read-only lookup endpoint standalone proxies use:
-// GET /v1/routes?host=<host> answers 200 with the route as JSON, 404 when no
-// TenantRoute is granted the host, 400 for an invalid host. normalize canonicalises
-// the host as the proxy does.
-func LookupHandler(src Lookup, normalize func(string) (string, bool)) http.Handler {
+// GET /v1/routes?host=<host> with "Authorization: Bearer <token>" answers 200 with the
+// route as JSON, 404 when no TenantRoute is granted the host, 400 for an invalid host,
+// 401 without the token. Errors say nothing of the operator's internals. normalize
+// canonicalises the host as the proxy does.
+func LookupHandler(src Lookup, token []byte, normalize func(string) (string, bool)) http.Handler {
+	want := sha256.Sum256(append([]byte("Bearer "), token...))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || r.URL.Path != "/v1/routes" {
 			http.NotFound(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		// Compared as digests in constant time: neither the token nor its length leaks.
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if len(token) == 0 || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"a valid bearer token is required"}` + "\n"))
+			return
+		}
 		host, ok := normalize(r.URL.Query().Get("host"))
 		if !ok {
 			w.WriteHeader(http.StatusBadRequest)
@@ -89,7 +100,7 @@ func LookupHandler(src Lookup, normalize func(string) (string, bool)) http.Handl
 			_, _ = w.Write([]byte(`{"error":"no route for this host"}` + "\n"))
 		case err != nil:
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			_, _ = w.Write([]byte(`{"error":"the route cannot be looked up right now"}` + "\n"))
 		default:
 			_ = json.NewEncoder(w).Encode(route)
 		}
@@ -100,6 +111,7 @@ func LookupHandler(src Lookup, normalize func(string) (string, bool)) http.Handl
 // endpoint.
 type HTTPSource struct {
 	BaseURL string
+	Token   []byte // the lookup endpoint's bearer token
 	Client  *http.Client
 }
 
@@ -112,6 +124,7 @@ func (s HTTPSource) Lookup(ctx context.Context, host string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
+	req.Header.Set("Authorization", "Bearer "+string(s.Token))
 	c := s.Client
 	if c == nil {
 		c = http.DefaultClient

@@ -62,12 +62,17 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		go func() { log.Fatal(http.Serve(ln, routes.LookupHandler(src, routes.Normalize))) }()
-		kv := routes.KV{Client: routes.NewRedisClient(*redisAddr)}
+		token := []byte("bench-lookup-token-0123456789")
+		go func() { log.Fatal(http.Serve(ln, routes.LookupHandler(src, token, routes.Normalize))) }()
+		client, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{*redisAddr}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		kv := routes.KV{Client: client, Key: []byte("bench-hmac-key-0123456789abcdef0123")}
 		if err := kv.Put(context.Background(), map[string]routes.Route{host: src.route}); err != nil {
 			log.Fatal(err)
 		}
-		layers = []proxy.Layer{kv, routes.HTTPSource{BaseURL: "http://" + ln.Addr().String()}}
+		layers = []proxy.Layer{kv, routes.HTTPSource{BaseURL: "http://" + ln.Addr().String(), Token: token}}
 	}
 	if *metricsAddr != "" {
 		registry := prometheus.NewRegistry()

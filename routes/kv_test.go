@@ -1,0 +1,69 @@
+package routes
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+)
+
+func testKV(t *testing.T) KV {
+	t.Helper()
+	srv := testenv.StartRedis(t)
+	client, err := NewRedisClient(RedisOptions{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return KV{Client: client, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Minute}
+}
+
+func TestExpiredEntriesAreIgnored(t *testing.T) {
+	kv := testKV(t)
+	var rejected []string
+	kv.Rejected = func(reason string) { rejected = append(rejected, reason) }
+	r := Route{Tenant: "acme", Region: "eu", Backends: []string{"http://eu:80"}}
+	// Written two TTLs ago and kept alive in Redis: its own expiry still holds.
+	old, err := kv.seal("acme.example.com", r, time.Now().Add(-2*kv.TTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Client.Set(context.Background(), KeyPrefix+"acme.example.com", old, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Lookup(context.Background(), "acme.example.com"); err != ErrNotFound || len(rejected) != 1 || rejected[0] != "expired" {
+		t.Errorf("an expired entry: %v, rejected %v", err, rejected)
+	}
+	// Redis expires entries too.
+	if err := kv.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := kv.Client.TTL(context.Background(), KeyPrefix+"acme.example.com").Val(); ttl <= 0 || ttl > kv.TTL {
+		t.Errorf("the entry's Redis TTL: %s", ttl)
+	}
+}
+
+func TestSyncLeavesExactlyTheGrantedRoutes(t *testing.T) {
+	kv := testKV(t)
+	ctx := context.Background()
+	r := Route{Tenant: "acme", Region: "eu"}
+	if err := kv.Put(ctx, map[string]Route{"gone.example.com": r, "kept.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Client.Set(ctx, KeyPrefix+"forged.example.com", "{}", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := kv.Sync(ctx, map[string]Route{"kept.example.com": r, "new.example.com": r})
+	if err != nil || deleted != 2 {
+		t.Fatalf("sync: deleted %d, %v", deleted, err)
+	}
+	keys, _ := kv.Client.Keys(ctx, KeyPrefix+"*").Result()
+	if len(keys) != 2 {
+		t.Errorf("left %v", keys)
+	}
+	for _, h := range []string{"kept.example.com", "new.example.com"} {
+		if got, err := kv.Lookup(ctx, h); err != nil || got.Tenant != "acme" {
+			t.Errorf("%s: %+v %v", h, got, err)
+		}
+	}
+}
