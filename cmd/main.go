@@ -9,10 +9,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +69,9 @@ func main() {
 	flag.DurationVar(&c.operator.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
 	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
 	flag.IntVar(&c.operator.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
+	flag.StringVar(&c.operator.DNSResolver, "dns-resolver", defaultResolver(), "DNS server (host:port) asked whether custom domains' owners proved control (TXT and CNAME); empty: no custom domain is routed.")
+	flag.DurationVar(&c.operator.CustomDomainInterval, "custom-domain-check-interval", time.Minute, "How often each custom domain's proof is checked.")
+	flag.DurationVar(&c.operator.CustomDomainGrace, "custom-domain-grace", time.Hour, "How long a custom domain that lost its proof stays routed before it is released.")
 
 	flag.StringVar(&c.proxyAddr, "proxy-bind-address", ":8088", "Address the routing proxy listens on; 0 disables the embedded proxy.")
 	flag.StringVar(&c.lookupAddr, "lookup-bind-address", ":8082", "Address of the read-only route lookup endpoint (GET /v1/routes?host=) standalone proxies use; 0 disables it.")
@@ -247,4 +252,14 @@ func envOr(name, fallback string) string {
 		return v
 	}
 	return fallback
+}
+
+// defaultResolver is the first nameserver of /etc/resolv.conf (in a Pod, the cluster's
+// DNS), or none.
+func defaultResolver() string {
+	conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil || len(conf.Servers) == 0 {
+		return ""
+	}
+	return net.JoinHostPort(conf.Servers[0], conf.Port)
 }

@@ -54,6 +54,9 @@ func (s *sharedFlags) kv() (*routes.KV, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.entryTTL < time.Second {
+		return nil, fmt.Errorf("--redis-entry-ttl (%s) must be at least 1s", s.entryTTL)
+	}
 	if s.kvSync > 0 && s.kvSync >= s.entryTTL {
 		return nil, fmt.Errorf("--redis-sync-interval (%s) must be shorter than --redis-entry-ttl (%s)", s.kvSync, s.entryTTL)
 	}

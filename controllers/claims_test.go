@@ -3,14 +3,17 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
@@ -213,4 +216,115 @@ func TestRedisForgetsRoutesDeletedWhileItWasDown(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A custom domain is routed only once its owner proved control on a real DNS server
+// (the challenge TXT and the CNAME), within one check interval; when the TXT goes, it
+// stays routed for the grace period, then is released.
+func TestCustomDomainsAreRoutedOnlyWithProof(t *testing.T) {
+	dnsSrv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dnsSrv.Close)
+	o := newOperator(t, "domains")
+	o.dns = dnsSrv.Addr
+	o.start()
+	const domain = "login.domains-corp.test"
+	o.create(o.route("acme", "acme-cd.auth.example.com", domain))
+	var challenge v1.CustomDomainStatus
+	eventually(t, 20*time.Second, func() error {
+		tr := o.get("acme")
+		if st := hostnameState(tr, domain); st != v1.ClaimPendingVerification {
+			return fmt.Errorf("claim %q", st)
+		}
+		if len(tr.Status.CustomDomains) != 1 || tr.Status.CustomDomains[0].ChallengeValue == "" {
+			return fmt.Errorf("custom domains %+v", tr.Status.CustomDomains)
+		}
+		challenge = tr.Status.CustomDomains[0]
+		return expectCondition(tr.Status.Conditions, v1.ConditionCustomDomainsVerified, metav1.ConditionFalse, controllers.ReasonDomainPending)
+	})
+	if routed, _ := routedTenant(domain, o.ns); routed != "" {
+		t.Fatalf("routed before any proof, to %s", routed)
+	}
+	// Only the CNAME: not enough.
+	dnsSrv.Set(domain, dns.TypeCNAME, challenge.CNAMETarget)
+	time.Sleep(2 * time.Second)
+	if st := hostnameState(o.get("acme"), domain); st != v1.ClaimPendingVerification {
+		t.Fatalf("with the CNAME alone: %q", st)
+	}
+	// The TXT too: granted within one check interval (500 ms here).
+	dnsSrv.Set(challenge.ChallengeName, dns.TypeTXT, challenge.ChallengeValue)
+	start := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		if routed, err := routedTenant(domain, o.ns); err != nil || routed != o.ns+"/acme" {
+			return fmt.Errorf("routed to %q (%v)", routed, err)
+		}
+		return nil
+	})
+	t.Logf("routed %s after the proof appeared", time.Since(start).Round(100*time.Millisecond))
+	// The proof goes: still routed for the grace period (4 s here) from when it was
+	// last seen (one check interval before at most; status keeps whole seconds), then
+	// released.
+	dnsSrv.Set(challenge.ChallengeName, dns.TypeTXT)
+	lost := time.Now()
+	eventually(t, 15*time.Second, func() error {
+		if st := hostnameState(o.get("acme"), domain); st != v1.ClaimPendingVerification {
+			return fmt.Errorf("claim %q", st)
+		}
+		return nil
+	})
+	if since := time.Since(lost); since < 4*time.Second-500*time.Millisecond-time.Second {
+		t.Errorf("released %s after the proof went, before the grace period", since)
+	}
+	if routed, _ := routedTenant(domain, o.ns); routed != "" {
+		t.Errorf("still routed to %s after the grace period", routed)
+	}
+	if err := expectEvent(o.get("acme"), "TenantRoute", controllers.ReasonDomainUnverified, domain); err != nil {
+		t.Error(err)
+	}
+}
+
+// A route being deleted stops being routed through Redis at once, not at the next
+// synchronisation.
+func TestRedisForgetsADeletedRouteAtOnce(t *testing.T) {
+	redisSrv := testenv.StartRedis(t)
+	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	o := newOperator(t, "kvdelete")
+	o.kv, o.kvSync = &kv, time.Hour // no synchronisation during the test
+	o.start()
+	const host = "kvdel.auth.example.com"
+	o.create(o.route("doomed", host))
+	eventually(t, 20*time.Second, func() error {
+		if _, err := kv.Lookup(context.Background(), host); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err := k8s.Delete(context.Background(), o.get("doomed")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n, _ := kv.Client.Exists(context.Background(), routes.KeyPrefix+host).Result(); n != 0 {
+			return fmt.Errorf("still in Redis")
+		}
+		return nil
+	})
+}
+
+// A TenantRoute is one tenant: its tenantID cannot be edited into another's (which
+// would present one tenant's hostnames to the backends as another tenant).
+func TestTenantIDIsImmutable(t *testing.T) {
+	o := newOperator(t, "immutable")
+	o.create(o.route("acme", "imm.auth.example.com"))
+	tr := o.get("acme")
+	tr.Spec.TenantID = "victim"
+	err := k8s.Update(context.Background(), tr)
+	if err == nil || !strings.Contains(err.Error(), "spec.tenantID cannot be changed") {
+		t.Errorf("changing spec.tenantID: %v", err)
+	}
 }

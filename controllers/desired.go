@@ -53,16 +53,15 @@ type ZoneRecords struct {
 // the origin in a Cloudflare zone of the active edge when it has cloudflareProxy, a
 // plain CNAME (or A/AAAA) to the active edge's target everywhere else. Every zone of
 // every listed EdgeProvider appears, with no records when the route has none there, so
-// that records left from an earlier spec are removed. Hostnames outside every zone are
-// custom domains. hostnames are the hostnames the route holds (conflicts removed).
-func Desired(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.EdgeProvider, active string) ([]ZoneRecords, []v1.CustomDomainStatus) {
+// that records left from an earlier spec are removed. hostnames are the hostnames the
+// route was granted.
+func Desired(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.EdgeProvider, active string) []ZoneRecords {
 	ttl := int64(route.Spec.TTL)
 	if ttl == 0 {
 		ttl = 60
 	}
 	activeEP := edges[active]
 	var out []ZoneRecords
-	managed := map[string]bool{}
 	for _, name := range route.Spec.Edges {
 		ep, ok := edges[name]
 		if !ok {
@@ -74,37 +73,51 @@ func Desired(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.Edg
 		}
 		for _, h := range hostnames {
 			z, ok := ZoneFor(ep, h)
-			if !ok {
+			if !ok || activeEP == nil {
 				continue
 			}
-			managed[h] = true
-			if activeEP != nil {
-				byZone[z.Name] = append(byZone[z.Name], pointAt(h, ttl, activeEP, ep.Name == active)...)
-			}
+			byZone[z.Name] = append(byZone[z.Name], pointAt(h, ttl, activeEP, ep.Name == active)...)
 		}
 		for _, z := range ep.Spec.Zones {
 			out = append(out, ZoneRecords{Edge: name, Zone: z.Name, Records: byZone[z.Name]})
 		}
 	}
+	return out
+}
 
+// CustomDomains are a route's hostnames outside every zone of its EdgeProviders, each
+// with the CNAME target the tenant must point it at: the route's first hostname in a
+// managed zone, else the active edge's target.
+func CustomDomains(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, active string) []v1.CustomDomainStatus {
+	managed := func(h string) bool {
+		for _, name := range route.Spec.Edges {
+			if ep, ok := edges[name]; ok {
+				if _, ok := ZoneFor(ep, h); ok {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	var custom []v1.CustomDomainStatus
 	var firstManaged string
-	for _, h := range hostnames {
-		if managed[h] && firstManaged == "" {
-			firstManaged = h
-		}
-	}
-	for _, h := range hostnames {
-		if managed[h] {
+	for _, h := range route.Spec.Hostnames {
+		if managed(h) {
+			if firstManaged == "" {
+				firstManaged = h
+			}
 			continue
 		}
-		target := firstManaged
-		if target == "" && activeEP != nil && activeEP.Spec.Edge.Target != "" {
-			target = strings.ReplaceAll(activeEP.Spec.Edge.Target, HostnamePlaceholder, h)
-		}
-		custom = append(custom, v1.CustomDomainStatus{Hostname: h, CNAMETarget: target})
+		custom = append(custom, v1.CustomDomainStatus{Hostname: h})
 	}
-	return out, custom
+	for i := range custom {
+		target := firstManaged
+		if activeEP := edges[active]; target == "" && activeEP != nil && activeEP.Spec.Edge.Target != "" {
+			target = strings.ReplaceAll(activeEP.Spec.Edge.Target, HostnamePlaceholder, custom[i].Hostname)
+		}
+		custom[i].CNAMETarget = target
+	}
+	return custom
 }
 
 // pointAt is the record set that points hostname at the active edge. inActiveZone says

@@ -53,6 +53,7 @@ const (
 	indexEdges     = "spec.edges"
 	indexRegion    = "spec.region"
 	indexHostnames = "spec.hostnames"
+	indexTenantID  = "spec.tenantID"
 )
 
 // EdgeProviderReconciler builds each EdgeProvider's provider client from its Secret,

@@ -124,9 +124,9 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		if !route.DeletionTimestamp.IsZero() {
 			continue
 		}
-		plan, err := f.Routes.planRoute(ctx, route)
+		plan, err := f.Routes.planRoute(ctx, route, true)
 		if err != nil {
-			continue // its reconcile reports it
+			continue // its reconcile reports it, and moves it
 		}
 		if plan.active != route.Status.ActiveEdge {
 			moved++

@@ -80,8 +80,8 @@ func TestDesired(t *testing.T) {
 	}}
 	aws.Name = "aws"
 	edges := map[string]*v1.EdgeProvider{"cf": cf, "aws": aws}
-	route := &v1.TenantRoute{Spec: v1.TenantRouteSpec{Edges: []string{"cf", "aws"}, TTL: 120}}
 	hostnames := []string{"acme.auth.example.com", "login.acme.com"}
+	route := &v1.TenantRoute{Spec: v1.TenantRouteSpec{Edges: []string{"cf", "aws"}, TTL: 120, Hostnames: hostnames}}
 
 	rec := func(typ string, proxied bool, values ...string) providers.Record {
 		return providers.Record{Name: "acme.auth.example.com", Type: typ, TTL: 120, Proxied: proxied, Values: values}
@@ -105,7 +105,7 @@ func TestDesired(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			zones, custom := Desired(route, hostnames, edges, c.active)
+			zones, custom := Desired(route, hostnames, edges, c.active), CustomDomains(route, edges, c.active)
 			got := map[string][]providers.Record{}
 			for _, z := range zones {
 				got[z.Edge+" "+z.Zone] = z.Records

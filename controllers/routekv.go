@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,14 +25,21 @@ import (
 type RouteKVReconciler struct {
 	client.Client
 	KV routes.KV
+	// Mu is held by a reconcile and by a whole KVSync run, so that a sync cannot
+	// write back a route a reconcile just changed or deleted.
+	Mu *sync.Mutex
 }
 
 // hostsKey is the Redis set of the hostnames written for a TenantRoute, so that they
 // can be removed when it changes or goes.
-func hostsKey(key types.NamespacedName) string { return "tenantroute:hosts:" + key.String() }
+func hostsKey(key types.NamespacedName) string { return hostsKeyPrefix + key.String() }
+
+const hostsKeyPrefix = "tenantroute:hosts:"
 
 // Reconcile implements reconcile.Reconciler.
 func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	written, err := r.KV.Client.SMembers(ctx, hostsKey(req.NamespacedName)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return ctrl.Result{}, fmt.Errorf("reading the hostnames written for %s: %w", req.NamespacedName, err)
@@ -97,6 +105,7 @@ type KVSync struct {
 	Reader   client.Reader
 	KV       routes.KV
 	Interval time.Duration
+	Mu       *sync.Mutex // shared with RouteKVReconciler
 }
 
 // Start implements manager.Runnable.
@@ -127,6 +136,8 @@ func (s *KVSync) Start(ctx context.Context) error {
 func (s *KVSync) NeedLeaderElection() bool { return true }
 
 func (s *KVSync) sync(ctx context.Context) (int, error) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	var list v1.TenantRouteList
 	if err := s.Reader.List(ctx, &list); err != nil {
 		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
@@ -145,5 +156,24 @@ func (s *KVSync) sync(ctx context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return s.KV.Sync(ctx, want)
+	deleted, err := s.KV.Sync(ctx, want)
+	if err != nil {
+		return deleted, err
+	}
+	// The record of what each route wrote, for routes that are gone.
+	exists := map[string]bool{}
+	for i := range list.Items {
+		exists[hostsKey(client.ObjectKeyFromObject(&list.Items[i]))] = true
+	}
+	stale, err := s.KV.Keys(ctx, hostsKeyPrefix+"*")
+	if err != nil {
+		return deleted, err
+	}
+	stale = slices.DeleteFunc(stale, func(k string) bool { return exists[k] })
+	if len(stale) > 0 {
+		if err := s.KV.Client.Del(ctx, stale...).Err(); err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
 }

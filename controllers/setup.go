@@ -2,8 +2,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,6 +35,12 @@ type Options struct {
 	// standalone proxies, and synchronised whole every KVSyncInterval.
 	RedisKV        *routes.KV
 	KVSyncInterval time.Duration
+	// DNSResolver (host:port) is asked whether custom domains' owners proved control,
+	// every CustomDomainInterval; a domain that loses its proof stays routed for
+	// CustomDomainGrace. Without a resolver no custom domain is routed.
+	DNSResolver          string
+	CustomDomainInterval time.Duration
+	CustomDomainGrace    time.Duration
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -55,6 +63,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
+	}
+	if o.DNSResolver != "" {
+		tenantRoutes.Verifier = &DomainVerifier{Resolver: o.DNSResolver,
+			Interval: cmp.Or(o.CustomDomainInterval, time.Minute), Grace: cmp.Or(o.CustomDomainGrace, time.Hour)}
 	}
 	failover := NewFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
 	monitor.OnTransition = failover.OnTransition
@@ -81,13 +93,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the Region controller: %w", err)
 	}
 	if o.RedisKV != nil {
-		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV}).SetupWithManager(mgr, tenantRoutes); err != nil {
+		var mu sync.Mutex
+		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV, Mu: &mu}).SetupWithManager(mgr, tenantRoutes); err != nil {
 			return fmt.Errorf("setting up the Redis route writer: %w", err)
 		}
 		if o.KVSyncInterval <= 0 {
-			o.KVSyncInterval = o.RedisKV.TTL / 3
+			o.KVSyncInterval = max(time.Second, cmp.Or(o.RedisKV.TTL, routes.DefaultEntryTTL)/3)
 		}
-		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), KV: *o.RedisKV, Interval: o.KVSyncInterval}); err != nil {
+		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), KV: *o.RedisKV, Interval: o.KVSyncInterval, Mu: &mu}); err != nil {
 			return fmt.Errorf("adding the Redis synchroniser: %w", err)
 		}
 	}

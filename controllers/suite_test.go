@@ -89,6 +89,8 @@ type operator struct {
 	// kv, if set, is the shared cache the operator keeps, synchronised every kvSync.
 	kv     *routes.KV
 	kvSync time.Duration
+	// dns, if set, is the resolver custom domains are verified through.
+	dns string
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -201,7 +203,8 @@ func (o *operator) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
-		RedisKV: o.kv, KVSyncInterval: o.kvSync}); err != nil {
+		RedisKV: o.kv, KVSyncInterval: o.kvSync,
+		DNSResolver: o.dns, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second}); err != nil {
 		o.t.Fatal(err)
 	}
 	done := make(chan error, 1)

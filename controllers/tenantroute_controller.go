@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -44,8 +45,12 @@ type TenantRouteReconciler struct {
 	MaxConcurrentReconciles int
 	// Monitor probes the edges; nil leaves health to the EdgeProviders' status.
 	Monitor *edge.Monitor
-	// Claims grants hostnames and tenantIDs, one decision at a time.
+	// Claims grants hostnames and tenantIDs, one decision at a time. It learns the
+	// grants recorded in status from the cache, whose first listing is fresh when the
+	// leader starts and which sees exactly the TenantRoutes this operator manages.
 	Claims *routes.Claims
+	// Verifier checks custom domains' proof of control; without it none is routed.
+	Verifier *DomainVerifier
 	// rewrites observes failovers until their records are rewritten.
 	rewrites *rewriteTracker
 
@@ -66,7 +71,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	route := &v1.TenantRoute{}
 	if err := r.Get(ctx, req.NamespacedName, route); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Claims.Release(req.NamespacedName)
+			r.enqueueClaimants(ctx, req.NamespacedName, r.Claims.Release(req.NamespacedName))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -87,7 +92,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, route, before.Status, route.Status))
 	}()
 
-	plan, err := r.planRoute(ctx, route)
+	plan, err := r.planRoute(ctx, route, false)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -112,9 +117,12 @@ type routePlan struct {
 	regionErr error
 }
 
-// planRoute claims the route's hostnames, chooses its active edge and computes its
-// records. It reads only the cache, so a failover can plan thousands of routes at once.
-func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantRoute) (*routePlan, error) {
+// planRoute claims the route's tenantID and hostnames, chooses its active edge and
+// computes its records. It reads only the cache, so a failover can plan thousands of
+// routes at once. A failover plans from a snapshot that may be stale: with readOnly it
+// takes the grants a reconcile made as they are, so that an old snapshot can neither
+// take nor free a hostname.
+func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantRoute, readOnly bool) (*routePlan, error) {
 	edges, err := r.edgeProviders(ctx, route)
 	if err != nil {
 		return nil, err
@@ -123,16 +131,48 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 		return nil, err
 	}
 	p := &routePlan{edges: edges, regionErr: r.checkRegion(ctx, route)}
-	p.tenant, p.claims = r.Claims.Claim(route, metav1.Now())
+	p.active, p.reason = ActiveEdge(route, edges, r.health)
 	var held []string
-	for _, c := range p.claims {
-		if c.State == v1.ClaimGranted {
-			held = append(held, c.Hostname)
+	claimed := false
+	if readOnly {
+		// A route a reconcile already decided for keeps those grants; one not decided
+		// for yet since the operator started is decided now, as its reconcile would.
+		held, claimed = r.Claims.Held(route)
+	}
+	if !claimed {
+		now := metav1.Now()
+		var unproven map[string]string
+		var freed routes.Freed
+		p.custom, unproven = r.verifyCustomDomains(ctx, route, CustomDomains(route, edges, p.active), now)
+		p.tenant, p.claims, freed = r.Claims.Claim(route, now, unproven)
+		r.enqueueClaimants(ctx, client.ObjectKeyFromObject(route), freed)
+		for _, c := range p.claims {
+			if c.State == v1.ClaimGranted {
+				held = append(held, c.Hostname)
+			}
 		}
 	}
-	p.active, p.reason = ActiveEdge(route, edges, r.health)
-	p.zones, p.custom = Desired(route, held, edges, p.active)
+	p.zones = Desired(route, held, edges, p.active)
 	return p, nil
+}
+
+// enqueueClaimants reconciles the routes that claim what was just freed, so that the
+// next claimant is granted it at once.
+func (r *TenantRouteReconciler) enqueueClaimants(ctx context.Context, self types.NamespacedName, freed routes.Freed) {
+	for field, values := range map[string][]string{indexHostnames: freed.Hostnames, indexTenantID: freed.TenantIDs} {
+		for _, v := range values {
+			var list v1.TenantRouteList
+			if err := r.List(ctx, &list, client.MatchingFields{field: v}); err != nil {
+				log.FromContext(ctx).Error(err, "listing the claimants of a freed name", "name", v)
+				continue
+			}
+			for _, tr := range list.Items {
+				if key := client.ObjectKeyFromObject(&tr); key != self {
+					r.enqueue(key)
+				}
+			}
+		}
+	}
 }
 
 // health is an edge's health: the leader's own probes when they have decided, else
@@ -231,6 +271,7 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for field, extract := range map[string]func(*v1.TenantRoute) []string{
 		indexEdges:     func(tr *v1.TenantRoute) []string { return edgesOf(tr) },
 		indexRegion:    func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} },
+		indexTenantID:  func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} },
 		indexHostnames: func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames },
 	} {
 		if err := indexer.IndexField(context.Background(), &v1.TenantRoute{}, field, func(o client.Object) []string {

@@ -64,7 +64,8 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	r.owners.Delete(owner)
 	// Its records are gone: its hostnames and tenantID are free for the next claimant.
-	r.Claims.Release(types.NamespacedName{Namespace: route.Namespace, Name: route.Name})
+	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
+	r.enqueueClaimants(ctx, key, r.Claims.Release(key))
 	if r.rewrites != nil {
 		r.rewrites.forget(owner)
 	}

@@ -24,6 +24,10 @@ const (
 	ReasonNoConflict       = "NoConflict"
 	ReasonRegionNotFound   = "RegionNotFound"
 	ReasonProviderRecovery = "ProviderRecovered"
+	ReasonDomainsVerified  = "Verified"
+	ReasonDomainPending    = "PendingVerification"
+	ReasonDomainVerified   = "DomainVerified"
+	ReasonDomainUnverified = "DomainUnverified"
 )
 
 type statusReport struct {
@@ -40,7 +44,6 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		previous[p.Edge] = p.State
 	}
 	r.reportActiveEdge(route, in)
-	route.Status.CustomDomains = in.custom
 
 	var providersStatus []v1.ProviderRecordStatus
 	var failing, pending, conflicts, rejected []string
@@ -69,12 +72,16 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	route.Status.Providers = providersStatus
 	route.Status.TenantID = &in.tenant
 	route.Status.Hostnames = in.claims
-	var lost []string
+	var lost, unproven []string
 	for _, c := range in.claims {
-		if c.State != v1.ClaimGranted {
+		switch c.State {
+		case v1.ClaimConflict:
 			lost = append(lost, fmt.Sprintf("%s: %s", c.Hostname, c.Message))
+		case v1.ClaimPendingVerification:
+			unproven = append(unproven, c.Hostname)
 		}
 	}
+	r.reportCustomDomains(route, in.custom, unproven)
 	if in.tenant.State != v1.ClaimGranted {
 		lost = []string{in.tenant.Message + ": no hostname is granted"}
 	}
@@ -133,7 +140,46 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	if len(rejected) > 0 {
 		report.rejected = reconcile.TerminalError(fmt.Errorf("%w: %s", errRejected, strings.Join(rejected, "; ")))
 	}
+	// Custom domains are checked again every interval: a proof that appears is seen,
+	// one that goes is noticed.
+	if len(in.custom) > 0 && r.Verifier != nil && (report.result.RequeueAfter == 0 || r.Verifier.Interval < report.result.RequeueAfter) {
+		report.result.RequeueAfter = r.Verifier.Interval
+	}
 	return report
+}
+
+// reportCustomDomains records the custom domains' proofs, with a condition, and an
+// event when a domain is verified or loses its proof.
+func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custom []v1.CustomDomainStatus, unproven []string) {
+	before := map[string]v1.CustomDomainStatus{}
+	for _, c := range route.Status.CustomDomains {
+		before[c.Hostname] = c
+	}
+	for _, c := range custom {
+		old, seen := before[c.Hostname]
+		switch {
+		case c.Message == "" && c.VerifiedAt != nil && (!seen || old.VerifiedAt == nil):
+			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonDomainVerified, "VerifyDomain",
+				"%s: proof of control found; the domain is routed", c.Hostname)
+		case c.Message != "" && c.VerifiedAt != nil && seen && old.Message == "":
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDomainUnverified, "VerifyDomain",
+				"%s lost its proof of control: %s", c.Hostname, c.Message)
+		}
+	}
+	route.Status.CustomDomains = custom
+	gen := route.Generation
+	switch {
+	case len(custom) == 0:
+		meta.RemoveStatusCondition(&route.Status.Conditions, v1.ConditionCustomDomainsVerified)
+	case len(unproven) > 0:
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: v1.ConditionCustomDomainsVerified,
+			Status: metav1.ConditionFalse, Reason: ReasonDomainPending, ObservedGeneration: gen,
+			Message: "not routed until their owner proves control (see status.customDomains): " + strings.Join(unproven, ", ")})
+	default:
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: v1.ConditionCustomDomainsVerified,
+			Status: metav1.ConditionTrue, Reason: ReasonDomainsVerified, ObservedGeneration: gen,
+			Message: "every custom domain's owner proved control"})
+	}
 }
 
 var errRejected = fmt.Errorf("the provider rejected records")

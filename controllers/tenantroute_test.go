@@ -50,7 +50,8 @@ func TestRecordsFollowTheTenantRoute(t *testing.T) {
 	if tr.Status.ActiveEdge != o.cfEdge || tr.Status.ObservedGeneration != tr.Generation {
 		t.Errorf("status: active %q, observedGeneration %d of %d", tr.Status.ActiveEdge, tr.Status.ObservedGeneration, tr.Generation)
 	}
-	if len(tr.Status.CustomDomains) != 1 || tr.Status.CustomDomains[0] != (v1.CustomDomainStatus{Hostname: "login.acme.com", CNAMETarget: "acme.auth.example.com"}) {
+	if cd := tr.Status.CustomDomains; len(cd) != 1 || cd[0].Hostname != "login.acme.com" || cd[0].CNAMETarget != "acme.auth.example.com" ||
+		cd[0].ChallengeName != "_tenantroute-challenge.login.acme.com" || cd[0].ChallengeValue != controllers.ChallengeValue(tr.UID, "login.acme.com") {
 		t.Errorf("custom domains: %+v", tr.Status.CustomDomains)
 	}
 	for _, p := range tr.Status.Providers {
@@ -205,7 +206,7 @@ func TestConflicts(t *testing.T) {
 		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, controllers.ReasonConflict); err != nil {
 			return err
 		}
-		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com: granted to TenantRoute t-conflicts/first") {
+		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com: granted to TenantRoute first") {
 			return fmt.Errorf("conflict message: %s", msg)
 		}
 		if !slices.Equal(o.cfRecords()["second.auth.example.com"], []string{cfActive("second.auth.example.com")}) {

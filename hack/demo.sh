@@ -104,7 +104,7 @@ go build -o bin/manager ./cmd
 go build -o bin/provider-emulators ./cmd/provider-emulators
 go build -o bin/demo ./hack/demo
 
-read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes < <(bin/demo freeports 11 | tr '\n' ' '; echo)
+read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes p_dns p_dns_admin < <(bin/demo freeports 13 | tr '\n' ' '; echo)
 proxy="http://127.0.0.1:${p_proxy}"
 
 # --- control plane ---------------------------------------------------------------------
@@ -122,7 +122,8 @@ check "the CRDs are established" 30 kubectl wait --for condition=established --t
 say "2. The providers' API emulators, the edges' health endpoints, the regions' backends"
 start emulators bin/provider-emulators --cloudflare-listen "127.0.0.1:${p_cf}" --route53-listen "127.0.0.1:${p_r53}" --zones auth.example.com
 start servers bin/demo servers --edge-cloudflare "127.0.0.1:${p_edge_cf}" --edge-aws "127.0.0.1:${p_edge_aws}" \
-  --region-eu-west "127.0.0.1:${p_eu}" --region-us-east "127.0.0.1:${p_us}"
+  --region-eu-west "127.0.0.1:${p_eu}" --region-us-east "127.0.0.1:${p_us}" \
+  --dns "127.0.0.1:${p_dns}" --dns-admin "127.0.0.1:${p_dns_admin}"
 check "the Cloudflare API emulator answers" 20 curl -sf "http://127.0.0.1:${p_cf}/__admin/counters"
 check "the Route53 API emulator answers" 20 curl -sf "http://127.0.0.1:${p_r53}/__admin/counters"
 check "the edges' health endpoints answer" 20 curl -sf "http://127.0.0.1:${p_edge_cf}/healthz"
@@ -149,6 +150,7 @@ kubectl -n tenantroute-system create secret generic aws-credentials \
 start manager bin/manager --namespace tenantroute-system --metrics-bind-address "127.0.0.1:${p_metrics}" \
   --health-probe-bind-address "127.0.0.1:${p_probes}" --proxy-bind-address "127.0.0.1:${p_proxy}" \
   --lookup-bind-address "127.0.0.1:${p_lookup}" --lookup-token-file "${dir}/lookup-token" \
+  --dns-resolver "127.0.0.1:${p_dns}" --custom-domain-check-interval 2s \
   --route-cache-ttl 2s "${redis_args[@]}"
 check "the manager is healthy" 60 curl -sf "http://127.0.0.1:${p_probes}/readyz"
 
@@ -242,8 +244,17 @@ note "Cloudflare (name, type, TTL, content, proxied, comment = ownership marker)
 show curl -s "http://127.0.0.1:${p_cf}/__admin/records"
 note "Route53 (name, type, TTL, values; ownership in the _tenantroute-* registry records):"
 show curl -s "http://127.0.0.1:${p_r53}/__admin/records"
-note "login.acme.com is a custom domain: no record; the tenant creates the CNAME status tells:"
+note "login.acme.com is a custom domain: no record, and no traffic until its owner proves control"
 show kubectl -n tenants get tenantroute acme -o jsonpath='{.status.customDomains}{"\n"}'
+unrouted() { [[ "$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $1" "${proxy}/")" == 404 ]]; }
+check "login.acme.com is not routed before its proof" 10 unrouted login.acme.com
+note "the tenant creates, in its own DNS, the TXT and the CNAME the status tells"
+challenge=$(kubectl -n tenants get tenantroute acme -o jsonpath='{.status.customDomains[0].challengeValue}')
+target=$(kubectl -n tenants get tenantroute acme -o jsonpath='{.status.customDomains[0].cnameTarget}')
+show curl -s -X POST "http://127.0.0.1:${p_dns_admin}/records?name=_tenantroute-challenge.login.acme.com&type=TXT&value=${challenge}"
+show curl -s -X POST "http://127.0.0.1:${p_dns_admin}/records?name=login.acme.com&type=CNAME&value=${target}"
+granted() { kubectl -n tenants get tenantroute acme -o jsonpath='{.status.hostnames[?(@.hostname=="login.acme.com")].state}' | grep -qx Granted; }
+check "login.acme.com is granted once proven" 30 granted
 
 # --- routing ---------------------------------------------------------------------------
 say "5. Requests through the proxy reach the tenant's own region"

@@ -59,6 +59,7 @@ func TestKnownRoutesSurviveTheAPIServer(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "acme"}, acme); err != nil {
 		t.Fatal(err)
 	}
+	acme.Status.TenantID = &v1.ClaimStatus{State: v1.ClaimGranted, Since: metav1.Now()}
 	acme.Status.Hostnames = []v1.HostnameClaim{{Hostname: "acme.auth.example.com",
 		ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: metav1.Now()}}}
 	if err := k8s.Status().Update(ctx, acme); err != nil {

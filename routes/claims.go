@@ -27,6 +27,12 @@ type Claims struct {
 	hosts   map[string]grant
 	tenants map[string]grant
 	byKey   map[types.NamespacedName]types.UID
+	// What each route holds, so that a claim or a release costs what the route
+	// holds, not what the cluster holds.
+	heldHosts  map[types.UID]map[string]bool
+	heldTenant map[types.UID]string
+	// claimed are the routes Claim decided for since this registry started.
+	claimed map[types.UID]bool
 }
 
 // grant is who holds a claim and since when.
@@ -36,12 +42,20 @@ type grant struct {
 	since metav1.Time
 }
 
-// NewClaims returns an empty registry; Seed fills it from the cluster.
-func NewClaims() *Claims {
-	return &Claims{hosts: map[string]grant{}, tenants: map[string]grant{}, byKey: map[types.NamespacedName]types.UID{}}
+// Freed are the hostnames and tenantIDs a claim or a release let go: the routes
+// waiting for them must be reconciled.
+type Freed struct {
+	Hostnames, TenantIDs []string
 }
 
-// EnsureSeeded learns, once, the grants recorded in the status of every TenantRoute.
+// NewClaims returns an empty registry; EnsureSeeded fills it from the cluster.
+func NewClaims() *Claims {
+	return &Claims{hosts: map[string]grant{}, tenants: map[string]grant{}, byKey: map[types.NamespacedName]types.UID{},
+		heldHosts: map[types.UID]map[string]bool{}, heldTenant: map[types.UID]string{}, claimed: map[types.UID]bool{}}
+}
+
+// EnsureSeeded learns, once, the grants recorded in the status of every TenantRoute
+// r lists.
 func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -57,12 +71,12 @@ func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader) error {
 		g := grant{uid: tr.UID, key: keyOf(tr)}
 		if t := tr.Status.TenantID; t != nil && t.State == v1.ClaimGranted {
 			g.since = t.Since
-			c.tenants[tr.Spec.TenantID] = earlier(c.tenants[tr.Spec.TenantID], g)
+			c.takeTenant(tr.Spec.TenantID, g)
 		}
 		for _, h := range tr.Status.Hostnames {
 			if h.State == v1.ClaimGranted && slices.Contains(tr.Spec.Hostnames, h.Hostname) {
 				g.since = h.Since
-				c.hosts[h.Hostname] = earlier(c.hosts[h.Hostname], g)
+				c.takeHost(h.Hostname, g)
 			}
 		}
 		c.byKey[g.key] = g.uid
@@ -71,9 +85,53 @@ func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader) error {
 	return nil
 }
 
-// earlier is the rule for two statuses that both say Granted (which the lock makes
-// impossible, but a restored backup or a hand edit can do): the earlier grant, then
-// the smaller UID. The same rule is Holder's.
+// takeHost and takeTenant record g as the holder of a name unless an earlier grant
+// holds it: two statuses that both say Granted (which the lock makes impossible, but a
+// restored backup or a hand edit can do) resolve to the earlier grant, then the
+// smaller UID — Holder's rule.
+func (c *Claims) takeHost(name string, g grant) {
+	if held, ok := c.hosts[name]; ok {
+		if earlier(held, g) == held {
+			return
+		}
+		c.dropHost(name)
+	}
+	c.hosts[name] = g
+	if c.heldHosts[g.uid] == nil {
+		c.heldHosts[g.uid] = map[string]bool{}
+	}
+	c.heldHosts[g.uid][name] = true
+}
+
+func (c *Claims) takeTenant(name string, g grant) {
+	if held, ok := c.tenants[name]; ok {
+		if earlier(held, g) == held {
+			return
+		}
+		c.dropTenant(name)
+	}
+	c.tenants[name] = g
+	c.heldTenant[g.uid] = name
+}
+
+func (c *Claims) dropHost(name string) {
+	if g, ok := c.hosts[name]; ok {
+		delete(c.hosts, name)
+		if delete(c.heldHosts[g.uid], name); len(c.heldHosts[g.uid]) == 0 {
+			delete(c.heldHosts, g.uid)
+		}
+	}
+}
+
+func (c *Claims) dropTenant(name string) {
+	if g, ok := c.tenants[name]; ok {
+		delete(c.tenants, name)
+		if c.heldTenant[g.uid] == name {
+			delete(c.heldTenant, g.uid)
+		}
+	}
+}
+
 func earlier(held, g grant) grant {
 	if held.uid == "" || g.since.Before(&held.since) || (g.since.Equal(&held.since) && g.uid < held.uid) {
 		return g
@@ -82,21 +140,32 @@ func earlier(held, g grant) grant {
 }
 
 // Claim decides a TenantRoute's tenantID and hostnames, releasing what it no longer
-// lists, and returns the status to record. now stamps new states; a state that does
-// not change keeps its time.
-func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time) (tenant v1.ClaimStatus, hostnames []v1.HostnameClaim) {
+// lists, and returns the status to record and what was freed. unproven are custom
+// domains whose owner has not proven control (with why): they are
+// PendingVerification, neither granted nor held. now stamps new states; a state that
+// does not change keeps its time.
+func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, unproven map[string]string) (tenant v1.ClaimStatus, hostnames []v1.HostnameClaim, freed Freed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	me := grant{uid: tr.UID, key: keyOf(tr), since: now}
-	c.forgetStale(me)
-	c.releaseUnlisted(tr)
+	freed = c.forgetStale(me)
+	c.claimed[me.uid] = true
+	for h := range c.heldHosts[me.uid] {
+		if !slices.Contains(tr.Spec.Hostnames, h) {
+			c.dropHost(h)
+			freed.Hostnames = append(freed.Hostnames, h)
+		}
+	}
+	if t, ok := c.heldTenant[me.uid]; ok && t != tr.Spec.TenantID {
+		c.dropTenant(t)
+		freed.TenantIDs = append(freed.TenantIDs, t)
+	}
 
 	tenant = v1.ClaimStatus{State: v1.ClaimGranted}
 	if held, ok := c.tenants[tr.Spec.TenantID]; ok && held.uid != me.uid {
-		tenant = v1.ClaimStatus{State: v1.ClaimConflict,
-			Message: fmt.Sprintf("tenantID %s belongs to TenantRoute %s", tr.Spec.TenantID, held.key)}
+		tenant = v1.ClaimStatus{State: v1.ClaimConflict, Message: "tenantID " + tr.Spec.TenantID + " " + holderOf(held, tr)}
 	} else if !ok {
-		c.tenants[tr.Spec.TenantID] = me
+		c.takeTenant(tr.Spec.TenantID, me)
 	}
 	tenant.Since = keepSince(tr.Status.TenantID, tenant.State, now)
 
@@ -106,65 +175,93 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time) (tenant v1.ClaimStat
 	}
 	for _, h := range tr.Spec.Hostnames {
 		st := v1.ClaimStatus{State: v1.ClaimGranted}
-		switch held, ok := c.hosts[h]; {
-		case ok && held.uid != me.uid:
-			st = v1.ClaimStatus{State: v1.ClaimConflict, Message: fmt.Sprintf("granted to TenantRoute %s", held.key)}
+		why, pending := unproven[h]
+		held, ok := c.hosts[h]
+		mine := ok && held.uid == me.uid
+		switch {
+		case ok && !mine:
+			st = v1.ClaimStatus{State: v1.ClaimConflict, Message: holderOf(held, tr)}
 		case tenant.State != v1.ClaimGranted:
 			st = v1.ClaimStatus{State: v1.ClaimConflict, Message: tenant.Message}
+		case pending:
+			st = v1.ClaimStatus{State: v1.ClaimPendingVerification, Message: why}
 		case !ok:
-			c.hosts[h] = me
+			c.takeHost(h, me)
+		}
+		if mine && st.State != v1.ClaimGranted {
+			// Held, but no longer eligible (its proof is gone, its tenantID another's):
+			// the name is free for the next claimant, as status will say.
+			c.dropHost(h)
+			freed.Hostnames = append(freed.Hostnames, h)
 		}
 		st.Since = keepSince(previous[h], st.State, now)
 		hostnames = append(hostnames, v1.HostnameClaim{Hostname: h, ClaimStatus: st})
 	}
-	return tenant, hostnames
+	return tenant, hostnames, freed
 }
 
-// Release forgets every claim of a TenantRoute that is gone.
-func (c *Claims) Release(key types.NamespacedName) {
+// holderOf names the holder of a claim to the route that lost it: by name within its
+// own namespace; across namespaces, without saying whose it is.
+func holderOf(held grant, tr *v1.TenantRoute) string {
+	if held.key.Namespace == tr.Namespace {
+		return "granted to TenantRoute " + held.key.Name
+	}
+	return "granted to a TenantRoute of another namespace"
+}
+
+// Held returns the hostnames the registry grants a TenantRoute now, and whether
+// Claim has decided for this very object since the registry started, without
+// deciding anything: for planning from a snapshot (a failover) that must not change
+// grants a reconcile made.
+func (c *Claims) Held(tr *v1.TenantRoute) (hostnames []string, claimed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if uid, ok := c.byKey[key]; ok {
-		c.releaseUID(uid)
-		delete(c.byKey, key)
+	if c.byKey[keyOf(tr)] != tr.UID || !c.claimed[tr.UID] {
+		return nil, false
 	}
+	for _, h := range tr.Spec.Hostnames {
+		if c.heldHosts[tr.UID][h] {
+			hostnames = append(hostnames, h)
+		}
+	}
+	return hostnames, true
+}
+
+// Release forgets every claim of a TenantRoute that is gone and returns what it freed.
+func (c *Claims) Release(key types.NamespacedName) Freed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uid, ok := c.byKey[key]
+	if !ok {
+		return Freed{}
+	}
+	delete(c.byKey, key)
+	return c.releaseUID(uid)
 }
 
 // forgetStale drops the claims of an earlier object of the same name: a TenantRoute
 // deleted and created again is a new claimant.
-func (c *Claims) forgetStale(me grant) {
+func (c *Claims) forgetStale(me grant) Freed {
+	var freed Freed
 	if uid, ok := c.byKey[me.key]; ok && uid != me.uid {
-		c.releaseUID(uid)
+		freed = c.releaseUID(uid)
 	}
 	c.byKey[me.key] = me.uid
+	return freed
 }
 
-func (c *Claims) releaseUID(uid types.UID) {
-	for h, g := range c.hosts {
-		if g.uid == uid {
-			delete(c.hosts, h)
-		}
+func (c *Claims) releaseUID(uid types.UID) Freed {
+	var freed Freed
+	delete(c.claimed, uid)
+	for h := range c.heldHosts[uid] {
+		c.dropHost(h)
+		freed.Hostnames = append(freed.Hostnames, h)
 	}
-	for t, g := range c.tenants {
-		if g.uid == uid {
-			delete(c.tenants, t)
-		}
+	if t, ok := c.heldTenant[uid]; ok {
+		c.dropTenant(t)
+		freed.TenantIDs = append(freed.TenantIDs, t)
 	}
-}
-
-// releaseUnlisted frees the hostnames and tenantID a TenantRoute held but no longer
-// lists.
-func (c *Claims) releaseUnlisted(tr *v1.TenantRoute) {
-	for h, g := range c.hosts {
-		if g.uid == tr.UID && !slices.Contains(tr.Spec.Hostnames, h) {
-			delete(c.hosts, h)
-		}
-	}
-	for t, g := range c.tenants {
-		if g.uid == tr.UID && t != tr.Spec.TenantID {
-			delete(c.tenants, t)
-		}
-	}
+	return freed
 }
 
 func keepSince(previous *v1.ClaimStatus, state v1.ClaimState, now metav1.Time) metav1.Time {
@@ -179,8 +276,12 @@ func keyOf(tr *v1.TenantRoute) types.NamespacedName {
 }
 
 // Granted returns the hostnames a TenantRoute's status says it holds and its spec
-// still lists: what the index of granted hostnames holds.
+// still lists, while it holds its tenantID and is not being deleted: what the index of
+// granted hostnames holds, so what the proxy routes.
 func Granted(tr *v1.TenantRoute) []string {
+	if !tr.DeletionTimestamp.IsZero() || tr.Status.TenantID == nil || tr.Status.TenantID.State != v1.ClaimGranted {
+		return nil
+	}
 	var out []string
 	for _, h := range tr.Status.Hostnames {
 		if h.State == v1.ClaimGranted && slices.Contains(tr.Spec.Hostnames, h.Hostname) {
@@ -190,15 +291,18 @@ func Granted(tr *v1.TenantRoute) []string {
 	return out
 }
 
-// Holder returns, among TenantRoutes, the one whose status holds host, by the rule
-// of Seed, or nil.
+// Holder returns, among TenantRoutes, the one whose status holds host (by Granted),
+// or nil; two that both do resolve by the rule of EnsureSeeded.
 func Holder(candidates []v1.TenantRoute, host string) *v1.TenantRoute {
 	var holder *v1.TenantRoute
 	var best grant
 	for i := range candidates {
 		tr := &candidates[i]
+		if !slices.Contains(Granted(tr), host) {
+			continue
+		}
 		for _, h := range tr.Status.Hostnames {
-			if h.Hostname != host || h.State != v1.ClaimGranted || !slices.Contains(tr.Spec.Hostnames, host) {
+			if h.Hostname != host {
 				continue
 			}
 			if g := (grant{uid: tr.UID, since: h.Since}); earlier(best, g) == g {

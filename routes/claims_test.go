@@ -31,18 +31,18 @@ func TestFirstGrantedKeepsWhateverTheAge(t *testing.T) {
 	now := metav1.Now()
 	young, old := tr("b", "young", "u1", "young", "x.example.com"), tr("a", "old", "u2", "old", "y.example.com")
 	old.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
-	if _, h := c.Claim(young, now); h[0].State != v1.ClaimGranted {
+	if _, h, _ := c.Claim(young, now, nil); h[0].State != v1.ClaimGranted {
 		t.Fatalf("first claim: %+v", h)
 	}
 	old.Spec.Hostnames = append(old.Spec.Hostnames, "x.example.com")
-	_, h := c.Claim(old, now)
+	_, h, _ := c.Claim(old, now, nil)
 	if s := states(h); s["x.example.com"] != v1.ClaimConflict || s["y.example.com"] != v1.ClaimGranted {
 		t.Errorf("an older route adding a granted name: %v", s)
 	}
 	// Released when the holder stops listing it, then granted to the next claimant.
 	young.Spec.Hostnames = []string{"z.example.com"}
-	c.Claim(young, now)
-	if _, h := c.Claim(old, now); states(h)["x.example.com"] != v1.ClaimGranted {
+	c.Claim(young, now, nil)
+	if _, h, _ := c.Claim(old, now, nil); states(h)["x.example.com"] != v1.ClaimGranted {
 		t.Errorf("after release: %v", states(h))
 	}
 }
@@ -51,14 +51,14 @@ func TestTenantIDBelongsToOneRoute(t *testing.T) {
 	c := NewClaims()
 	now := metav1.Now()
 	a, b := tr("a", "r", "u1", "acme", "a.example.com"), tr("b", "r", "u2", "acme", "b.example.com")
-	c.Claim(a, now)
-	tenant, h := c.Claim(b, now)
+	c.Claim(a, now, nil)
+	tenant, h, _ := c.Claim(b, now, nil)
 	if tenant.State != v1.ClaimConflict || h[0].State != v1.ClaimConflict {
 		t.Errorf("a second claimant of tenantID acme: %+v %+v", tenant, h)
 	}
 	// The holder goes: the next claimant gets the tenantID and its names.
 	c.Release(types.NamespacedName{Namespace: "a", Name: "r"})
-	if tenant, h := c.Claim(b, now); tenant.State != v1.ClaimGranted || h[0].State != v1.ClaimGranted {
+	if tenant, h, _ := c.Claim(b, now, nil); tenant.State != v1.ClaimGranted || h[0].State != v1.ClaimGranted {
 		t.Errorf("after the holder went: %+v %+v", tenant, h)
 	}
 }
@@ -66,9 +66,9 @@ func TestTenantIDBelongsToOneRoute(t *testing.T) {
 func TestRecreatedObjectIsANewClaimant(t *testing.T) {
 	c := NewClaims()
 	now := metav1.Now()
-	c.Claim(tr("a", "r", "u1", "acme", "a.example.com"), now)
+	c.Claim(tr("a", "r", "u1", "acme", "a.example.com"), now, nil)
 	// Same name, new object (its predecessor deleted without us seeing it go).
-	if _, h := c.Claim(tr("a", "r", "u2", "acme", "a.example.com"), now); h[0].State != v1.ClaimGranted {
+	if _, h, _ := c.Claim(tr("a", "r", "u2", "acme", "a.example.com"), now, nil); h[0].State != v1.ClaimGranted {
 		t.Errorf("the recreated object: %+v", h)
 	}
 }
@@ -87,14 +87,59 @@ func TestGrantsSurviveARestart(t *testing.T) {
 	if err := c.EnsureSeeded(context.Background(), fake.NewClientBuilder().WithScheme(scheme).WithObjects(holder, other).Build()); err != nil {
 		t.Fatal(err)
 	}
-	if _, h := c.Claim(other, metav1.Now()); h[0].State != v1.ClaimConflict {
+	if _, h, _ := c.Claim(other, metav1.Now(), nil); h[0].State != v1.ClaimConflict {
 		t.Errorf("the other route after a restart: %+v", h)
 	}
-	_, h := c.Claim(holder, metav1.Now())
+	_, h, _ := c.Claim(holder, metav1.Now(), nil)
 	if h[0].State != v1.ClaimGranted || !h[0].Since.Equal(&since) {
 		t.Errorf("the holder after a restart: %+v", h)
 	}
 	if got := Holder([]v1.TenantRoute{*other, *holder}, "x.example.com"); got == nil || got.Name != "holder" {
 		t.Errorf("Holder: %v", got)
+	}
+}
+
+// A route that loses its tenantID (or a custom domain its proof) lets go of the
+// hostnames it held, and says so, so that the next claimant gets them.
+func TestIneligibleHolderFreesItsHostnames(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	a := tr("a", "r", "u1", "acme", "x.example.com")
+	c.Claim(a, now, nil)
+	_, h, freed := c.Claim(a, now, map[string]string{"x.example.com": "no proof"})
+	if h[0].State != v1.ClaimPendingVerification || len(freed.Hostnames) != 1 {
+		t.Fatalf("proof gone: %+v, freed %+v", h, freed)
+	}
+	if _, h, _ := c.Claim(tr("b", "r", "u2", "globex", "x.example.com"), now, nil); h[0].State != v1.ClaimGranted {
+		t.Errorf("the next claimant: %+v", h)
+	}
+}
+
+// Held answers from the registry without deciding: a snapshot of a route cannot take
+// or free anything through it.
+func TestHeldDecidesNothing(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	a := tr("a", "r", "u1", "acme", "x.example.com", "y.example.com")
+	c.Claim(a, now, nil)
+	stale := tr("a", "r", "u1", "acme", "x.example.com") // an older spec, without y
+	if held, claimed := c.Held(stale); !claimed || len(held) != 1 || held[0] != "x.example.com" {
+		t.Errorf("held by the stale snapshot: %v %v", held, claimed)
+	}
+	if _, h, _ := c.Claim(tr("b", "r", "u2", "globex", "y.example.com"), now, nil); h[0].State != v1.ClaimConflict {
+		t.Errorf("y was freed by looking at a snapshot: %+v", h)
+	}
+	if _, known := c.Held(tr("c", "r", "u3", "c", "z.example.com")); known {
+		t.Error("a route never claimed counts as claimed")
+	}
+}
+
+// Release says what it freed.
+func TestReleaseReportsWhatItFreed(t *testing.T) {
+	c := NewClaims()
+	c.Claim(tr("a", "r", "u1", "acme", "x.example.com"), metav1.Now(), nil)
+	freed := c.Release(types.NamespacedName{Namespace: "a", Name: "r"})
+	if len(freed.Hostnames) != 1 || len(freed.TenantIDs) != 1 {
+		t.Errorf("freed %+v", freed)
 	}
 }

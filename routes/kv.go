@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -160,15 +161,15 @@ func (k KV) Sync(ctx context.Context, routes map[string]Route) (deleted int, err
 	if err := k.Put(ctx, batch); err != nil {
 		return 0, err
 	}
+	keys, err := k.Keys(ctx, KeyPrefix+"*")
+	if err != nil {
+		return 0, err
+	}
 	var stale []string
-	iter := k.Client.Scan(ctx, 0, KeyPrefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if host := strings.TrimPrefix(iter.Val(), KeyPrefix); routes[host].Tenant == "" {
+	for _, key := range keys {
+		if host := strings.TrimPrefix(key, KeyPrefix); routes[host].Tenant == "" {
 			stale = append(stale, host)
 		}
-	}
-	if err := iter.Err(); err != nil {
-		return 0, err
 	}
 	for len(stale) > 0 {
 		n := min(len(stale), 1000)
@@ -179,6 +180,33 @@ func (k KV) Sync(ctx context.Context, routes map[string]Route) (deleted int, err
 		stale = stale[n:]
 	}
 	return deleted, nil
+}
+
+// Keys lists the keys matching pattern, on every master of a Cluster (where SCAN
+// would see one node only).
+func (k KV) Keys(ctx context.Context, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	switch c := k.Client.(type) {
+	case *redis.ClusterClient:
+		return keys, c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		return keys, scan(ctx, c)
+	}
+	iter := k.Client.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	return keys, iter.Err()
 }
 
 // LoadKey reads an HMAC key from a file (a mounted Secret), never from a flag value

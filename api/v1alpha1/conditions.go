@@ -13,6 +13,8 @@ const (
 	ConditionEdgeHealthy = "EdgeHealthy"
 	// ConditionFailedOver: the active edge is not the first edge in spec.edges.
 	ConditionFailedOver = "FailedOver"
+	// ConditionCustomDomainsVerified: every custom domain's owner proved control.
+	ConditionCustomDomainsVerified = "CustomDomainsVerified"
 
 	// ConditionCredentialsReady: the EdgeProvider's credentials were read and accepted.
 	ConditionCredentialsReady = "CredentialsReady"

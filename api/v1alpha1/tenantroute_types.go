@@ -29,11 +29,13 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.mode == 'Manual' || !has(self.failover.pinnedEdge) || self.failover.pinnedEdge.size() == 0",fieldPath=".failover.pinnedEdge",message="spec.failover.pinnedEdge is only allowed when spec.failover.mode is Manual"
 type TenantRouteSpec struct {
 	// tenantID identifies the tenant to the region's backends (sent as the
-	// X-Tenant-ID header by the proxy).
+	// X-Tenant-ID header by the proxy). It belongs to one TenantRoute in the cluster,
+	// and cannot be changed.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.tenantID must be lowercase letters, digits and hyphens, starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.tenantID cannot be changed: a TenantRoute is one tenant; create another TenantRoute for another tenant"
 	TenantID string `json:"tenantID"`
 
 	// region names the Region whose backends serve this tenant.
@@ -123,7 +125,8 @@ type ProviderRecordStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
-// CustomDomainStatus tells the tenant how to point a custom domain at its route.
+// CustomDomainStatus tells the tenant how to prove control of a custom domain and
+// point it at its route; the domain is routed only once both records are in place.
 type CustomDomainStatus struct {
 	// hostname is the custom domain, outside every managed zone.
 	// +required
@@ -132,6 +135,24 @@ type CustomDomainStatus struct {
 	// cnameTarget is what the tenant's own DNS must CNAME the hostname to.
 	// +optional
 	CNAMETarget string `json:"cnameTarget,omitempty"`
+
+	// challengeName is the TXT record the tenant must create:
+	// _tenantroute-challenge.<hostname>.
+	// +optional
+	ChallengeName string `json:"challengeName,omitempty"`
+
+	// challengeValue is the value that TXT record must hold; it is this TenantRoute's
+	// own, so no other TenantRoute can use the same proof.
+	// +optional
+	ChallengeValue string `json:"challengeValue,omitempty"`
+
+	// verifiedAt is when both records were last found in place.
+	// +optional
+	VerifiedAt *metav1.Time `json:"verifiedAt,omitempty"`
+
+	// message says what the last check found missing.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ClaimState says whether a TenantRoute holds a hostname or its tenantID.

@@ -23,6 +23,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/miekg/dns"
+
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
@@ -81,7 +83,8 @@ func controlPlane(ctx context.Context, args []string) error {
 }
 
 // servers runs the edges' health endpoints (GET /healthz; POST /down and /up switch
-// them) and the regions' backends (they answer with their region and what they got).
+// them), the regions' backends (they answer with their region and what they got), and
+// a tenant's own DNS server with an admin endpoint to create records in it.
 func servers(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("servers", flag.ExitOnError)
 	edges := map[string]*string{
@@ -92,8 +95,31 @@ func servers(ctx context.Context, args []string) error {
 		"eu-west": fs.String("region-eu-west", "127.0.0.1:0", "backend of region eu-west"),
 		"us-east": fs.String("region-us-east", "127.0.0.1:0", "backend of region us-east"),
 	}
+	dnsAddr := fs.String("dns", "127.0.0.1:0", "a tenant's own DNS (UDP), where custom domains are proven")
+	dnsAdmin := fs.String("dns-admin", "127.0.0.1:0", "POST /records?name=&type=TXT|CNAME&value= sets a record of that DNS")
 	_ = fs.Parse(args)
+	tenantDNS, err := testenv.StartDNS(*dnsAddr)
+	if err != nil {
+		return err
+	}
+	defer tenantDNS.Close()
 	var srvs []*http.Server
+	admin := http.NewServeMux()
+	admin.HandleFunc("POST /records", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		rrtype, ok := map[string]uint16{"TXT": dns.TypeTXT, "CNAME": dns.TypeCNAME}[q.Get("type")]
+		if !ok || q.Get("name") == "" {
+			http.Error(w, "name and type (TXT or CNAME) are needed", http.StatusBadRequest)
+			return
+		}
+		var values []string
+		if v := q.Get("value"); v != "" {
+			values = []string{v}
+		}
+		tenantDNS.Set(q.Get("name"), rrtype, values...)
+		fmt.Fprintf(w, "%s %s %v\n", q.Get("name"), q.Get("type"), values)
+	})
+	srvs = append(srvs, &http.Server{Addr: *dnsAdmin, Handler: admin, ReadHeaderTimeout: 5 * time.Second})
 	for name, addr := range edges {
 		var down atomic.Bool
 		mux := http.NewServeMux()

@@ -1,0 +1,155 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+// ChallengePrefix names the TXT record that proves control of a custom domain.
+const ChallengePrefix = "_tenantroute-challenge."
+
+// ChallengeValue is a TenantRoute's proof for a custom domain. It derives from the
+// route's UID, so a proof made for one TenantRoute is worthless to any other.
+func ChallengeValue(uid types.UID, domain string) string {
+	sum := sha256.Sum256([]byte("tenantroute-challenge/" + string(uid) + "/" + domain))
+	return hex.EncodeToString(sum[:16])
+}
+
+// DomainVerifier checks that the owner of a custom domain proved control: the TXT
+// record _tenantroute-challenge.<domain> holds the route's challenge value, and the
+// domain is a CNAME to the target the route's status tells. It asks a DNS resolver
+// directly (miekg/dns), and remembers each answer for Interval.
+type DomainVerifier struct {
+	// Resolver is the DNS server asked, host:port.
+	Resolver string
+	// Interval between two checks of one domain; Grace is how long a domain that
+	// loses its proof stays routed.
+	Interval, Grace time.Duration
+
+	mu    sync.Mutex
+	cache map[string]verdict
+}
+
+type verdict struct {
+	ok, unknown bool
+	message     string
+	at          time.Time
+}
+
+// check returns whether domain is proven for the route, or unknown when the
+// resolver could not say.
+func (v *DomainVerifier) check(ctx context.Context, uid types.UID, domain, target string) verdict {
+	key := string(uid) + "/" + domain + "/" + target
+	v.mu.Lock()
+	if v.cache == nil {
+		v.cache = map[string]verdict{}
+	}
+	if c, ok := v.cache[key]; ok && time.Since(c.at) < v.Interval {
+		v.mu.Unlock()
+		return c
+	}
+	v.mu.Unlock()
+	got := v.lookup(ctx, uid, domain, target)
+	got.at = time.Now()
+	v.mu.Lock()
+	if len(v.cache) > 100_000 {
+		clear(v.cache) // routes come and go; answers are cheap to ask again
+	}
+	v.cache[key] = got
+	v.mu.Unlock()
+	return got
+}
+
+func (v *DomainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	value := ChallengeValue(uid, domain)
+	txt, err := v.query(ctx, ChallengePrefix+domain, dns.TypeTXT)
+	if err != nil {
+		return verdict{unknown: true, message: err.Error()}
+	}
+	found := false
+	for _, rr := range txt {
+		if t, ok := rr.(*dns.TXT); ok && strings.Join(t.Txt, "") == value {
+			found = true
+		}
+	}
+	if !found {
+		return verdict{message: fmt.Sprintf("TXT %s%s does not hold %s", ChallengePrefix, domain, value)}
+	}
+	cname, err := v.query(ctx, domain, dns.TypeCNAME)
+	if err != nil {
+		return verdict{unknown: true, message: err.Error()}
+	}
+	for _, rr := range cname {
+		if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(strings.TrimSuffix(c.Target, "."), target) {
+			return verdict{ok: true}
+		}
+	}
+	return verdict{message: fmt.Sprintf("%s is not a CNAME to %s", domain, target)}
+}
+
+// query asks the resolver; a name that does not exist is an empty answer, a failure to
+// get any answer an error.
+func (v *DomainVerifier) query(ctx context.Context, name string, rrtype uint16) ([]dns.RR, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), rrtype)
+	m.RecursionDesired = true
+	c := &dns.Client{Timeout: 2 * time.Second}
+	in, _, err := c.ExchangeContext(ctx, m, v.Resolver)
+	if err != nil {
+		return nil, fmt.Errorf("asking %s for %s: %w", v.Resolver, name, err)
+	}
+	switch in.Rcode {
+	case dns.RcodeSuccess, dns.RcodeNameError:
+		return in.Answer, nil
+	}
+	return nil, fmt.Errorf("%s answered %s for %s", v.Resolver, dns.RcodeToString[in.Rcode], name)
+}
+
+// verifyCustomDomains checks every custom domain of a route and returns the status of
+// each and the domains not eligible for a grant (with why). A domain is eligible while
+// its proof is in place, and for Grace after it was last seen; while the resolver
+// cannot answer, a domain keeps what it had.
+func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time) ([]v1.CustomDomainStatus, map[string]string) {
+	previous := map[string]v1.CustomDomainStatus{}
+	for _, c := range route.Status.CustomDomains {
+		previous[c.Hostname] = c
+	}
+	pending := map[string]string{}
+	for i := range custom {
+		c := &custom[i]
+		c.ChallengeName = ChallengePrefix + c.Hostname
+		c.ChallengeValue = ChallengeValue(route.UID, c.Hostname)
+		c.VerifiedAt = previous[c.Hostname].VerifiedAt
+		if r.Verifier == nil {
+			pending[c.Hostname] = "custom domains cannot be verified: the operator has no DNS resolver"
+			continue
+		}
+		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget)
+		switch {
+		case v.ok:
+			c.VerifiedAt = &now
+		case c.VerifiedAt != nil && now.Sub(c.VerifiedAt.Time) < r.Verifier.Grace:
+			c.Message = fmt.Sprintf("%s; routed until %s", v.message, c.VerifiedAt.Add(r.Verifier.Grace).UTC().Format(time.RFC3339))
+		case v.unknown && c.VerifiedAt != nil:
+			c.Message = v.message // the resolver is away: keep what was proven
+		default:
+			c.Message = v.message
+			pending[c.Hostname] = fmt.Sprintf("waiting for proof of control: create TXT %s = %s and CNAME %s -> %s (%s)",
+				c.ChallengeName, c.ChallengeValue, c.Hostname, c.CNAMETarget, v.message)
+		}
+	}
+	return custom, pending
+}
