@@ -15,6 +15,7 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -326,5 +327,52 @@ func TestTenantIDIsImmutable(t *testing.T) {
 	err := k8s.Update(context.Background(), tr)
 	if err == nil || !strings.Contains(err.Error(), "spec.tenantID cannot be changed") {
 		t.Errorf("changing spec.tenantID: %v", err)
+	}
+}
+
+// Records whose TenantRoute is gone without its finalizer having run (a finalizer
+// removed by hand, a crash between the deletion's calls) are found and deleted on
+// start; live routes' records and records the operator does not own are untouched.
+func TestOrphanedRecordsAreSweptOnStart(t *testing.T) {
+	o := newOperator(t, "orphans")
+	if _, err := o.cf.AddRecord(o.cfZone, cfemulator.Record{Name: "foreign.auth.example.com", Type: "A", Content: "203.0.113.9", TTL: 300}); err != nil {
+		t.Fatal(err)
+	}
+	o.start()
+	o.create(o.route("ghost", "ghost.auth.example.com"))
+	o.create(o.route("alive", "alive.auth.example.com"))
+	eventually(t, 20*time.Second, func() error {
+		for _, h := range []string{"ghost.auth.example.com", "alive.auth.example.com"} {
+			if len(o.cfRecords()[h]) != 1 || len(o.r53Records()[h]) != 1 {
+				return fmt.Errorf("%s not in both providers yet", h)
+			}
+		}
+		return nil
+	})
+	o.stopManager()
+	ghost := o.get("ghost")
+	ghost.Finalizers = nil
+	if err := k8s.Update(context.Background(), ghost); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), ghost); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.cfRecords()["ghost.auth.example.com"]) != 1 {
+		t.Fatal("the orphan's record should still be there before the operator starts again")
+	}
+	o.start()
+	eventually(t, 20*time.Second, func() error {
+		cf, r53 := o.cfRecords(), o.r53Records()
+		for _, name := range []string{"ghost.auth.example.com", "_tenantroute-cname.ghost.auth.example.com"} {
+			if len(cf[name]) > 0 || len(r53[name]) > 0 {
+				return fmt.Errorf("%s is still there: cloudflare %v, route53 %v", name, cf[name], r53[name])
+			}
+		}
+		return nil
+	})
+	cf, r53 := o.cfRecords(), o.r53Records()
+	if len(cf["alive.auth.example.com"]) != 1 || len(r53["alive.auth.example.com"]) != 1 || len(cf["foreign.auth.example.com"]) != 1 {
+		t.Errorf("records that are not orphans changed: cloudflare %v, route53 %v", cf, r53)
 	}
 }

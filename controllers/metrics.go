@@ -26,6 +26,10 @@ var (
 		Name: "tenantroute_kv_orphans_deleted_total",
 		Help: "Route entries deleted from the shared cache because no TenantRoute grants their hostname.",
 	})
+	orphanRecordsDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_orphan_records_deleted_total",
+		Help: "Record changes that deleted records whose TenantRoute no longer exists (found at a zone's resync or on start).",
+	})
 	recordsManaged = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenantroute_records_managed",
 		Help: "Record sets the operator owns, by EdgeProvider.",
@@ -56,7 +60,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
-		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted)
+		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted)
 }
 
 // observeProvider returns the hook that counts one EdgeProvider's API requests.

@@ -81,6 +81,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := tenantRoutes.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TenantRoute controller: %w", err)
 	}
+	o.Queue.Orphaned = tenantRoutes.orphaned
+	o.Queue.Swept = func(_ string, records int) { orphanRecordsDeleted.Add(float64(records)) }
 	edges := &EdgeProviderReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts, Monitor: monitor,
 		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: tenantRoutes.notify,

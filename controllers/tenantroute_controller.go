@@ -56,6 +56,10 @@ type TenantRouteReconciler struct {
 
 	owners sync.Map // owner key -> types.NamespacedName
 	events chan event.GenericEvent
+
+	existingMu sync.Mutex // the owners that exist, for the orphan sweep
+	existing   map[string]bool
+	existingAt time.Time
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes,verbs=get;list;watch;update;patch

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,4 +128,28 @@ func errorSummary(err error) string {
 		return fmt.Sprintf("provider %s (%s)", kind, code)
 	}
 	return "provider " + kind
+}
+
+// orphaned tells the zone queues whether records marked with owner are this
+// installation's and their TenantRoute is gone: they are then deleted at the zone's
+// next resync (and on start). The set of existing owners is listed from the cache at
+// most once a second, however many owners a zone holds.
+func (r *TenantRouteReconciler) orphaned(owner string) bool {
+	if !strings.HasPrefix(owner, r.Instance+"/") {
+		return false // another installation's
+	}
+	r.existingMu.Lock()
+	defer r.existingMu.Unlock()
+	if time.Since(r.existingAt) > time.Second {
+		var list v1.TenantRouteList
+		if err := r.List(context.Background(), &list); err != nil {
+			return false // cannot tell: keep
+		}
+		r.existing = make(map[string]bool, len(list.Items))
+		for _, tr := range list.Items {
+			r.existing[OwnerKey(r.Instance, tr.Namespace, tr.Name)] = true
+		}
+		r.existingAt = time.Now()
+	}
+	return !r.existing[owner]
 }

@@ -68,8 +68,15 @@ type Options struct {
 	Resync time.Duration
 	// MaxBackoff caps the wait after a failed flush.
 	MaxBackoff time.Duration
-	// Log receives a line per flush at V(1).
+	// Log receives a line per flush at V(1), and one per orphan swept.
 	Log logr.Logger
+	// Orphaned, if set, tells whether records carrying an owner key are this
+	// installation's and their owner no longer exists. On start and at every Resync,
+	// the queue deletes such records: a crash between a deletion's API calls, or a
+	// finalizer removed by hand, must not leave records behind for good.
+	Orphaned func(owner string) bool
+	// Swept, if set, is told how many records of an orphan were deleted.
+	Swept func(owner string, records int)
 }
 
 func (o *Options) defaults() {
@@ -103,6 +110,7 @@ type Queue struct {
 
 	mu          sync.Mutex
 	owners      map[string]*owner
+	sweep       bool // the next flush looks for orphans
 	firstDirty  time.Time
 	lastDesired time.Time
 	expedite    bool
@@ -114,8 +122,10 @@ type Queue struct {
 // called, outside any lock, when an owner's outcome changes.
 func New(provider providers.Provider, zone providers.Zone, opts Options, notify func(owner string, o Outcome)) *Queue {
 	opts.defaults()
-	return &Queue{provider: provider, zone: zone, opts: opts, notify: notify,
+	q := &Queue{provider: provider, zone: zone, opts: opts, notify: notify,
 		owners: map[string]*owner{}, wake: make(chan struct{}, 1)}
+	q.scheduleSweep()
+	return q
 }
 
 // Zone is the queue's zone.
@@ -266,6 +276,19 @@ func (q *Queue) resyncAll() {
 	for _, o := range q.owners {
 		q.markDirty(o)
 	}
+	q.scheduleSweep()
+}
+
+// scheduleSweep makes the next flush, due now, look for orphans. q.mu is held or q
+// is not shared yet.
+func (q *Queue) scheduleSweep() {
+	if q.opts.Orphaned == nil {
+		return
+	}
+	q.sweep = true
+	if q.firstDirty.IsZero() {
+		q.firstDirty = time.Now()
+	}
 }
 
 // Flush plans and applies every pending owner now; Run calls it when due.
@@ -286,8 +309,10 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 	q.firstDirty = time.Time{}
 	q.expedite = false
+	sweep := q.sweep
+	q.sweep = false
 	q.mu.Unlock()
-	if len(batch) == 0 {
+	if len(batch) == 0 && !sweep {
 		return nil
 	}
 
@@ -301,7 +326,20 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 			o.Err = err
 		}
 		q.finish(batch, outcomes, nil)
+		if sweep {
+			q.mu.Lock()
+			q.scheduleSweep() // look again once the zone can be listed
+			q.mu.Unlock()
+		}
 		return err
+	}
+	var orphans []string
+	if sweep {
+		orphans = q.orphansIn(current, batch)
+		for _, key := range orphans {
+			batch[key] = nil // desire nothing: its records are deleted
+			outcomes[key] = &Outcome{}
+		}
 	}
 
 	// Plan owners in a stable order; a name created or updated by one owner in this
@@ -397,6 +435,20 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		}
 	}
 	q.finish(batch, outcomes, res.Applied)
+	for _, key := range orphans {
+		if out, ok := outcomes[key]; ok && len(out.Applied) > 0 {
+			q.opts.Log.Info("deleted the records of an owner that no longer exists", "zone", q.zone.Name,
+				"owner", key, "records", len(out.Applied), "left", out.Records)
+			if q.opts.Swept != nil {
+				q.opts.Swept(key, len(out.Applied))
+			}
+		}
+		if out, ok := outcomes[key]; !ok || out.Err != nil || out.Records > 0 {
+			q.mu.Lock()
+			q.sweep = true // not all gone: the next flush tries again
+			q.mu.Unlock()
+		}
+	}
 	return applyErr
 }
 
@@ -519,4 +571,27 @@ func hashRecords(rs []providers.Record) uint64 {
 		fmt.Fprintf(h, "%s|%s|%d|%t|%s\n", r.Name, r.Type, r.TTL, r.Proxied, strings.Join(r.Values, ","))
 	}
 	return h.Sum64()
+}
+
+// orphansIn returns the owners of records in the zone that the queue does not know,
+// that are not in this flush, and that Orphaned says are gone.
+func (q *Queue) orphansIn(current []providers.Record, batch map[string][]providers.Record) []string {
+	q.mu.Lock()
+	known := map[string]bool{}
+	for key := range q.owners {
+		known[key] = true
+	}
+	q.mu.Unlock()
+	seen := map[string]bool{}
+	var orphans []string
+	for _, r := range current {
+		if r.Owner == "" || seen[r.Owner] || known[r.Owner] {
+			continue
+		}
+		seen[r.Owner] = true
+		if _, inFlush := batch[r.Owner]; !inFlush && q.opts.Orphaned(r.Owner) {
+			orphans = append(orphans, r.Owner)
+		}
+	}
+	return orphans
 }
