@@ -32,16 +32,16 @@ func reusable(c net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	ok = false
+	quiet := false
 	err = raw.Read(func(fd uintptr) bool {
 		var b [1]byte
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		// Would block: open and quiet, as an idle connection is. Anything else is
 		// end of stream (0 bytes), unasked data, or an error.
-		ok = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
+		quiet = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
 		return true
 	})
-	return err == nil && ok
+	return err == nil && quiet
 }
 
 // tlsQuiet reports whether a TLS connection holds no record already read from the

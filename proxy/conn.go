@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,17 @@ type idleConn struct {
 	readHard, writeHard atomic.Bool
 	closed              atomic.Bool
 	onClose             func()
+	// linger, if set, closes in two steps, as nginx's lingering close and Go's
+	// server do: first the write side (FIN after the answer), then, after what the
+	// peer still sends was read for up to linger, the socket. Closing a socket with
+	// unread data sends a reset, which can destroy the answer before the client read
+	// it: a client still uploading when the proxy (or its backend) answered early
+	// would see "connection reset" instead of the 401 or 413.
+	linger time.Duration
 }
+
+// lingerMax bounds what a lingering close reads from a client that keeps sending.
+const lingerMax = 4 << 20
 
 func newIdleConn(c net.Conn, readIdle, writeIdle time.Duration, onClose func()) *idleConn {
 	return &idleConn{Conn: c, readIdle: readIdle, writeIdle: writeIdle, onClose: onClose}
@@ -55,8 +66,24 @@ func (c *idleConn) SetDeadline(t time.Time) error {
 }
 
 func (c *idleConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) && c.onClose != nil {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if tc, ok := c.Conn.(*net.TCPConn); ok && c.linger > 0 && tc.CloseWrite() == nil {
+		go func() {
+			_ = tc.SetReadDeadline(time.Now().Add(c.linger))
+			_, _ = io.CopyN(io.Discard, tc, lingerMax)
+			c.closeNow()
+		}()
+		return nil
+	}
+	return c.closeNow()
+}
+
+func (c *idleConn) closeNow() error {
+	err := c.Conn.Close()
+	if c.onClose != nil {
 		c.onClose()
 	}
-	return c.Conn.Close()
+	return err
 }

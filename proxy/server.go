@@ -111,9 +111,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		return newIdleConn(c, l.opts.ClientReadTimeout, l.opts.ClientWriteTimeout, func() { l.release(ip) }), nil
+		ic := newIdleConn(c, l.opts.ClientReadTimeout, l.opts.ClientWriteTimeout, func() { l.release(ip) })
+		ic.linger = lingerTimeout
+		return ic, nil
 	}
 }
+
+// lingerTimeout is how long a closing client connection is still read from, so that
+// the client gets the answer before the socket goes (Go's server waits 500 ms).
+const lingerTimeout = 500 * time.Millisecond
 
 // admit counts a new connection, or returns the answer that refuses it.
 func (l *limitListener) admit(ip netip.Addr) []byte {

@@ -83,7 +83,13 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 	}
 	if ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		// Refused: an ordinary response on a connection of its own.
-		if err := p.readResponseBody(br, r, &ctx.Response, false, func(bool) { backend.Close() }); err != nil {
+		_, streamed, err := p.readResponseBody(br, r, &ctx.Response, false)
+		if streamed != nil {
+			streamed.done = func(bool) { backend.Close() }
+		} else {
+			backend.Close()
+		}
+		if err != nil {
 			ctx.Response.Reset()
 			p.refuse(ctx, fasthttp.StatusBadGateway, outcome, "the backend did not answer\n")
 			return

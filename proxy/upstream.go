@@ -204,12 +204,22 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		release(false)
 		return &upstreamError{err: fmt.Errorf("reading the response: %w", err), reused: reused, nothing: nothing}
 	}
-	if early {
-		// The rest of the client's body was never read, and the backend connection
-		// carries a request cut short: neither is reused.
-		return u.p.readResponseBody(br, r, resp, head, func(bool) { release(false) })
+	reuse, streamed, err := u.p.readResponseBody(br, r, resp, head)
+	// After an early answer the backend connection carries a request cut short: it
+	// is not reused.
+	if streamed == nil {
+		release(reuse && !early)
+		return err
 	}
-	return u.p.readResponseBody(br, r, resp, head, release)
+	held := cc // captured in this branch only: a closure per streamed response, none otherwise
+	streamed.done = func(reuse bool) {
+		if reuse && !early {
+			u.pool.ReleaseConn(held)
+		} else {
+			u.pool.CloseConn(held)
+		}
+	}
+	return nil
 }
 
 func writeRequest(conn net.Conn, req *fasthttp.Request) error {
@@ -230,23 +240,22 @@ var (
 )
 
 // readResponseHead reads a response header into resp, skipping interim (1xx)
-// answers; a 101 is an answer only to an upgrade. A header that does not fit the pooled reader is read again
-// through a larger one, up to MaxResponseHeaderBytes; the reader returned is the one
-// the body must be read from.
+// answers; a 101 is an answer only to an upgrade. A header that does not fit the
+// pooled reader is read again through a larger one, up to MaxResponseHeaderBytes; the
+// reader returned is the one the body must be read from.
 func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response, upgrade bool) (*bufio.Reader, error) {
 	r := br
 	for interim := 0; ; interim++ {
 		err := resp.Header.Read(r)
-		var small *fasthttp.ErrSmallBuffer
-		if errors.As(err, &small) && r == br && p.opts.MaxResponseHeaderBytes > br.Size() {
+		if err != nil && tooSmall(err) && r == br && p.opts.MaxResponseHeaderBytes > br.Size() {
 			r = p.bigReaders.Get().(*bufio.Reader)
 			r.Reset(br)
 			err = resp.Header.Read(r)
 		}
-		if errors.As(err, &small) {
-			return r, errHeaderTooLarge
-		}
 		if err != nil {
+			if tooSmall(err) {
+				return r, errHeaderTooLarge
+			}
 			return r, err
 		}
 		switch status := resp.StatusCode(); {
@@ -264,6 +273,12 @@ func (p *Proxy) readResponseHead(br *bufio.Reader, resp *fasthttp.Response, upgr
 	}
 }
 
+// tooSmall reports a header that did not fit the reader.
+func tooSmall(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
+}
+
 func (p *Proxy) putReader(br, r *bufio.Reader) {
 	if r != br && r != nil {
 		r.Reset(nil)
@@ -273,36 +288,36 @@ func (p *Proxy) putReader(br, r *bufio.Reader) {
 	readers.Put(br)
 }
 
+// drained reports that a response left nothing unread in its readers: bytes past a
+// response mean the backend and the proxy disagree on framing, and such a connection
+// is never reused.
+func drained(br, r *bufio.Reader) bool { return r.Buffered() == 0 && br.Buffered() == 0 }
+
 // readResponseBody reads or streams the body of a response whose header is in resp.
-// done is told, once the body is through, whether the connection may carry another
-// request.
-func (p *Proxy) readResponseBody(br, r *bufio.Reader, resp *fasthttp.Response, head bool, done func(reuse bool)) error {
+// A body it reads whole (none, or small of known length) returns its readers at once
+// and says whether the connection may carry another request. A streamed body is set
+// on resp and returned: its connection is decided once the server has written it,
+// through the body's done, which the caller sets.
+func (p *Proxy) readResponseBody(br, r *bufio.Reader, resp *fasthttp.Response, head bool) (reuse bool, streamed *upstreamBody, err error) {
 	keep := !resp.Header.ConnectionClose()
 	cl := resp.Header.ContentLength()
 	status := resp.StatusCode()
-	// Bytes past the response mean the backend and the proxy disagree on framing:
-	// such a connection is never reused.
-	drained := func() bool { return r.Buffered() == 0 && br.Buffered() == 0 }
 	switch {
 	case head || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified || status < 200:
 		// No body: a response without a length is not close-delimited here, though
 		// fasthttp marks it so. A backend that does close is seen at the next reuse.
-		keep = keep || cl == -2
-		clean := drained()
+		reuse = (keep || cl == -2) && drained(br, r)
 		p.putReader(br, r)
-		done(keep && clean)
-		return nil
+		return reuse, nil, nil
 	case cl >= 0 && cl <= smallBody:
 		resp.StreamBody = false
 		err := resp.ReadBody(r, 0)
-		clean := drained()
+		reuse = keep && drained(br, r)
 		p.putReader(br, r)
 		if err != nil {
-			done(false)
-			return &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
+			return false, nil, &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
 		}
-		done(keep && clean)
-		return nil
+		return reuse, nil, nil
 	}
 	// Larger, chunked or close-delimited: stream it through fasthttp's own decoder.
 	dec := fasthttp.AcquireResponse()
@@ -311,19 +326,14 @@ func (p *Proxy) readResponseBody(br, r *bufio.Reader, resp *fasthttp.Response, h
 	if err := dec.ReadBody(r, 0); err != nil {
 		fasthttp.ReleaseResponse(dec)
 		p.putReader(br, r)
-		done(false)
-		return &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
+		return false, nil, &upstreamError{err: fmt.Errorf("reading the response body: %w", err)}
 	}
-	body := &upstreamBody{dec: dec, stream: dec.BodyStream(), release: func(complete bool) {
-		clean := drained()
-		p.putReader(br, r)
-		done(complete && keep && cl != -2 && clean)
-	}}
+	body := &upstreamBody{dec: dec, stream: dec.BodyStream(), p: p, br: br, r: r, keep: keep && cl != -2}
 	if cl == -2 {
 		cl = -1 // close-delimited from the backend, chunked to the client
 	}
 	resp.SetBodyStream(body, cl)
-	return nil
+	return false, body, nil
 }
 
 // upstreamBody is a streamed response body; the server closes it once written (or
@@ -337,7 +347,10 @@ type upstreamBody struct {
 	// detached: the body is sent by a hijacked connection, which finishes it; the
 	// server's Close must not pull it away meanwhile.
 	detached bool
-	release  func(complete bool)
+	p        *Proxy
+	br, r    *bufio.Reader // returned to their pools once the body is through
+	keep     bool          // the connection may carry another request if read to the end
+	done     func(reuse bool)
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
@@ -368,7 +381,9 @@ func (b *upstreamBody) finish() {
 	b.closed = true
 	_ = b.dec.CloseBodyStream()
 	fasthttp.ReleaseResponse(b.dec)
-	b.release(b.eof)
+	clean := drained(b.br, b.r)
+	b.p.putReader(b.br, b.r)
+	b.done(b.eof && b.keep && clean)
 }
 
 // pick returns the next backend of the route in round robin that is not cooling down
