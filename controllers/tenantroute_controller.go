@@ -163,6 +163,9 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 // enqueueClaimants reconciles the routes that claim what was just freed, so that the
 // next claimant is granted it at once.
 func (r *TenantRouteReconciler) enqueueClaimants(ctx context.Context, self types.NamespacedName, freed routes.Freed) {
+	if len(freed.Hostnames)+len(freed.TenantIDs) == 0 {
+		return // the common case: nothing was let go
+	}
 	for field, values := range map[string][]string{indexHostnames: freed.Hostnames, indexTenantID: freed.TenantIDs} {
 		for _, v := range values {
 			var list v1.TenantRouteList
