@@ -376,3 +376,105 @@ func TestOrphanedRecordsAreSweptOnStart(t *testing.T) {
 		t.Errorf("records that are not orphans changed: cloudflare %v, route53 %v", cf, r53)
 	}
 }
+
+// A zone restricted to namespaces labelled zone-auth=allowed: a TenantRoute from
+// another namespace is refused at admission by the ValidatingAdmissionPolicy shipped in
+// config/policy, and a route admitted before its namespace lost the label has the
+// hostname Forbidden by the controller, with the same message: no record, no traffic.
+// It can still be deleted.
+func TestNamespaceOutsideAZoneSelectorIsForbidden(t *testing.T) {
+	ctx := context.Background()
+	if err := testenv.Apply(ctx, k8s, "config/policy/zone_namespaces.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	o := newOperator(t, "forbid")
+	outsider := "forbid-outsider"
+	o.extraNS = []string{outsider}
+	o.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: outsider}})
+	setLabel := func(ns, value string) {
+		t.Helper()
+		var n corev1.Namespace
+		if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if value == "" {
+			delete(n.Labels, "zone-auth")
+		} else {
+			n.Labels["zone-auth"] = value
+		}
+		if err := k8s.Update(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabel(o.ns, "allowed")
+	for _, name := range []string{o.cfEdge, o.awsEdge} {
+		var ep v1.EdgeProvider
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &ep); err != nil {
+			t.Fatal(err)
+		}
+		ep.Spec.Zones[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone-auth": "allowed"}}
+		if err := k8s.Update(ctx, &ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.start()
+
+	const host = "fb.auth.example.com"
+	intruder := o.route("intruder", host)
+	intruder.Namespace = outsider
+	intruder.Spec.Edges = []string{o.cfEdge}
+	want := "spec.hostnames: " + host + ": " + routes.ForbiddenMessage(outsider, zoneName, o.cfEdge)
+	// The API server loads a new policy within a second or so.
+	eventually(t, 20*time.Second, func() error {
+		err := k8s.Create(ctx, intruder.DeepCopy(), client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("admission of a route from %s: %v", outsider, err)
+		}
+		return nil
+	})
+	// A hostname outside the restricted zone is admitted from the same namespace.
+	elsewhere := intruder.DeepCopy()
+	elsewhere.Spec.Hostnames = []string{"fb.other-zone.test"}
+	if err := k8s.Create(ctx, elsewhere, client.DryRunAll); err != nil {
+		t.Errorf("a hostname outside the zone was refused: %v", err)
+	}
+
+	o.create(o.route("tenant", host))
+	eventually(t, 20*time.Second, func() error {
+		if len(o.cfRecords()[host]) != 1 || len(o.r53Records()[host]) != 1 {
+			return fmt.Errorf("records: cloudflare %v, route53 %v", o.cfRecords()[host], o.r53Records()[host])
+		}
+		return expectCondition(o.get("tenant").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+
+	setLabel(o.ns, "")
+	eventually(t, 20*time.Second, func() error {
+		tr := o.get("tenant")
+		var claim v1.HostnameClaim
+		for _, h := range tr.Status.Hostnames {
+			if h.Hostname == host {
+				claim = h
+			}
+		}
+		if claim.State != v1.ClaimForbidden || claim.Message != routes.ForbiddenMessage(o.ns, zoneName, o.cfEdge) {
+			return fmt.Errorf("claim %+v", claim)
+		}
+		if len(o.cfRecords()[host])+len(o.r53Records()[host]) != 0 {
+			return fmt.Errorf("records still there: cloudflare %v, route53 %v", o.cfRecords()[host], o.r53Records()[host])
+		}
+		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonForbidden)
+	})
+	if routed, err := routedTenant(host, o.ns, outsider); err != nil || routed != "" {
+		t.Errorf("the proxy routes a forbidden hostname to %q (%v)", routed, err)
+	}
+	if err := k8s.Delete(ctx, o.get("tenant")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		var tr v1.TenantRoute
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: o.ns, Name: "tenant"}, &tr); err == nil {
+			return fmt.Errorf("not deleted yet (finalizers %v)", tr.Finalizers)
+		}
+		return nil
+	})
+}

@@ -30,6 +30,21 @@ func (r *TenantRouteReconciler) routesMatching(field string) handler.MapFunc {
 	}
 }
 
+// routesInNamespace maps a Namespace whose labels changed to its TenantRoutes: a zone's
+// namespaceSelector may now select it, or no longer.
+func (r *TenantRouteReconciler) routesInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var routes v1.TenantRouteList
+	if err := r.List(ctx, &routes, client.InNamespace(o.GetName())); err != nil {
+		log.FromContext(ctx).Error(err, "listing TenantRoutes of a namespace", "namespace", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(routes.Items))
+	for i, tr := range routes.Items {
+		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tr.Namespace, Name: tr.Name}}
+	}
+	return reqs
+}
+
 // sharedHostnames enqueues the other TenantRoutes that share a hostname with a route
 // that was created, changed (old and new hostnames) or deleted, so that a route
 // waiting for a hostname takes it as soon as it is released.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,7 @@ type TenantRouteReconciler struct {
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=tenantroutes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=regions,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Reconcile implements reconcile.Reconciler: fetch, finalizer, then the phases —
 // claim the tenantID and hostnames, choose the active edge, declare records for the
@@ -145,10 +147,21 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 	}
 	if !claimed {
 		now := metav1.Now()
+		forbidden, err := r.forbidden(ctx, route, edges)
+		if err != nil {
+			return nil, err
+		}
 		var unproven map[string]string
 		var freed routes.Freed
 		p.custom, unproven = r.verifyCustomDomains(ctx, route, CustomDomains(route, edges, p.active), now)
-		p.tenant, p.claims, freed = r.Claims.Claim(route, now, unproven)
+		ineligible := make(map[string]v1.ClaimStatus, len(unproven)+len(forbidden))
+		for h, why := range unproven {
+			ineligible[h] = v1.ClaimStatus{State: v1.ClaimPendingVerification, Message: why}
+		}
+		for h, why := range forbidden {
+			ineligible[h] = v1.ClaimStatus{State: v1.ClaimForbidden, Message: why}
+		}
+		p.tenant, p.claims, freed = r.Claims.Claim(route, now, ineligible)
 		r.enqueueClaimants(ctx, client.ObjectKeyFromObject(route), freed)
 		for _, c := range p.claims {
 			if c.State == v1.ClaimGranted {
@@ -158,6 +171,29 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 	}
 	p.zones = Desired(route, held, edges, p.active)
 	return p, nil
+}
+
+// forbidden returns the route's hostnames its namespace may not claim (routes.Forbidden).
+// The namespace's labels are read only when a zone of the route's EdgeProviders has a
+// namespaceSelector, from a metadata-only cache.
+func (r *TenantRouteReconciler) forbidden(ctx context.Context, route *v1.TenantRoute, edges map[string]*v1.EdgeProvider) (map[string]string, error) {
+	restricted := false
+	for _, name := range route.Spec.Edges {
+		if ep := edges[name]; ep != nil {
+			for _, z := range ep.Spec.Zones {
+				restricted = restricted || z.NamespaceSelector != nil
+			}
+		}
+	}
+	if !restricted {
+		return nil, nil
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := r.Get(ctx, types.NamespacedName{Name: route.Namespace}, ns); err != nil {
+		return nil, fmt.Errorf("reading the labels of namespace %s: %w", route.Namespace, err)
+	}
+	return routes.Forbidden(route, edges, ns.Labels), nil
 }
 
 // enqueueClaimants reconciles the routes that claim what was just freed, so that the
@@ -294,6 +330,8 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexEdges)),
 			builder.WithPredicates(edgeProviderChanged())).
 		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexRegion))).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named("tenantroute").

@@ -21,6 +21,7 @@ const (
 	ReasonPending          = "Pending"
 	ReasonProviderError    = "ProviderError"
 	ReasonConflict         = "Conflict"
+	ReasonForbidden        = "Forbidden"
 	ReasonNoConflict       = "NoConflict"
 	ReasonRegionNotFound   = "RegionNotFound"
 	ReasonProviderRecovery = "ProviderRecovered"
@@ -73,8 +74,12 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	route.Status.TenantID = &in.tenant
 	route.Status.Hostnames = in.claims
 	var lost, unproven []string
+	forbidden := false
 	for _, c := range in.claims {
 		switch c.State {
+		case v1.ClaimForbidden:
+			forbidden = true
+			lost = append(lost, fmt.Sprintf("%s: %s", c.Hostname, c.Message))
 		case v1.ClaimConflict:
 			lost = append(lost, fmt.Sprintf("%s: %s", c.Hostname, c.Message))
 		case v1.ClaimPendingVerification:
@@ -128,6 +133,9 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	case len(pending) > 0:
 		set(v1.ConditionReady, metav1.ConditionFalse, ReasonPending, "applying records in "+strings.Join(pending, ", "))
 		report.outcome, report.result = "pending", ctrl.Result{RequeueAfter: requeueSafety}
+	case forbidden:
+		set(v1.ConditionReady, metav1.ConditionFalse, ReasonForbidden, "some hostnames may not be claimed from this namespace: see the Conflict condition")
+		report.outcome = "conflict"
 	case len(conflicts) > 0:
 		set(v1.ConditionReady, metav1.ConditionFalse, ReasonConflict, "some hostnames are held by others: see the Conflict condition")
 		report.outcome = "conflict"

@@ -140,11 +140,12 @@ func earlier(held, g grant) grant {
 }
 
 // Claim decides a TenantRoute's tenantID and hostnames, releasing what it no longer
-// lists, and returns the status to record and what was freed. unproven are custom
-// domains whose owner has not proven control (with why): they are
-// PendingVerification, neither granted nor held. now stamps new states; a state that
-// does not change keeps its time.
-func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, unproven map[string]string) (tenant v1.ClaimStatus, hostnames []v1.HostnameClaim, freed Freed) {
+// lists, and returns the status to record and what was freed. ineligible are the
+// hostnames the route may not hold now, with their state and why: Forbidden (its
+// namespace may not claim in that zone) or PendingVerification (a custom domain whose
+// owner has not proven control); they are neither granted nor held. now stamps new
+// states; a state that does not change keeps its time.
+func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, ineligible map[string]v1.ClaimStatus) (tenant v1.ClaimStatus, hostnames []v1.HostnameClaim, freed Freed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	me := grant{uid: tr.UID, key: keyOf(tr), since: now}
@@ -175,16 +176,18 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, unproven map[string]
 	}
 	for _, h := range tr.Spec.Hostnames {
 		st := v1.ClaimStatus{State: v1.ClaimGranted}
-		why, pending := unproven[h]
+		not, barred := ineligible[h]
 		held, ok := c.hosts[h]
 		mine := ok && held.uid == me.uid
 		switch {
+		case barred && not.State == v1.ClaimForbidden:
+			st = v1.ClaimStatus{State: v1.ClaimForbidden, Message: not.Message}
 		case ok && !mine:
 			st = v1.ClaimStatus{State: v1.ClaimConflict, Message: holderOf(held, tr)}
 		case tenant.State != v1.ClaimGranted:
 			st = v1.ClaimStatus{State: v1.ClaimConflict, Message: tenant.Message}
-		case pending:
-			st = v1.ClaimStatus{State: v1.ClaimPendingVerification, Message: why}
+		case barred:
+			st = v1.ClaimStatus{State: not.State, Message: not.Message}
 		case !ok:
 			c.takeHost(h, me)
 		}

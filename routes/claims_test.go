@@ -106,12 +106,34 @@ func TestIneligibleHolderFreesItsHostnames(t *testing.T) {
 	now := metav1.Now()
 	a := tr("a", "r", "u1", "acme", "x.example.com")
 	c.Claim(a, now, nil)
-	_, h, freed := c.Claim(a, now, map[string]string{"x.example.com": "no proof"})
+	_, h, freed := c.Claim(a, now, map[string]v1.ClaimStatus{"x.example.com": {State: v1.ClaimPendingVerification, Message: "no proof"}})
 	if h[0].State != v1.ClaimPendingVerification || len(freed.Hostnames) != 1 {
 		t.Fatalf("proof gone: %+v, freed %+v", h, freed)
 	}
 	if _, h, _ := c.Claim(tr("b", "r", "u2", "globex", "x.example.com"), now, nil); h[0].State != v1.ClaimGranted {
 		t.Errorf("the next claimant: %+v", h)
+	}
+}
+
+// A hostname the route's namespace may not claim is Forbidden even while another
+// route holds it (the namespace is the reason, not the holder), and a holder whose
+// namespace loses the right lets it go.
+func TestForbiddenHostnamesAreNeverHeld(t *testing.T) {
+	c := NewClaims()
+	now := metav1.Now()
+	forbid := map[string]v1.ClaimStatus{"x.example.com": {State: v1.ClaimForbidden, Message: "namespace r may not"}}
+	a := tr("a", "r", "u1", "acme", "x.example.com")
+	c.Claim(a, now, nil)
+	_, h, freed := c.Claim(a, now, forbid)
+	if h[0].State != v1.ClaimForbidden || h[0].Message != "namespace r may not" || len(freed.Hostnames) != 1 {
+		t.Fatalf("after the namespace lost the right: %+v, freed %+v", h, freed)
+	}
+	b := tr("b", "s", "u2", "globex", "x.example.com")
+	if _, h, _ := c.Claim(b, now, nil); h[0].State != v1.ClaimGranted {
+		t.Fatalf("the next claimant: %+v", h)
+	}
+	if _, h, _ := c.Claim(a, now, forbid); h[0].State != v1.ClaimForbidden {
+		t.Errorf("a forbidden claimant of a held name: %+v", h)
 	}
 }
 

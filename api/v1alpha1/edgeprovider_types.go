@@ -50,6 +50,16 @@ type Zone struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9/_-]*$`
 	ID string `json:"id,omitempty"`
+
+	// namespaceSelector restricts which namespaces' TenantRoutes may claim hostnames in
+	// this zone. When set, a TenantRoute that lists this EdgeProvider and names a
+	// hostname in this zone from a namespace the selector does not select is refused at
+	// admission (the ValidatingAdmissionPolicy in config/policy) and, should its
+	// namespace's labels change later, the hostname is Forbidden: no records, no
+	// traffic. When absent, every namespace may. A selector that does not parse (an
+	// unknown operator) admits no namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // SecretKeyReference names one key of a Secret in the operator's namespace.
