@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/miekg/dns"
@@ -66,6 +67,12 @@ func main() {
 	flag.StringVar(&c.operator.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
 	flag.StringVar(&c.operator.Instance, "instance", "default", "Name of this installation in the ownership marker of its records; installations sharing zones need different names.")
 	flag.DurationVar(&c.operator.ZoneResync, "zone-resync", 10*time.Minute, "How often each DNS zone is listed again.")
+	flag.BoolFunc("sweep-orphans", "Delete, on start and at every zone resync, the records of this installation whose TenantRoute no longer exists (default true).",
+		func(v string) error {
+			sweep, err := strconv.ParseBool(v)
+			c.operator.KeepOrphans = !sweep
+			return err
+		})
 	flag.DurationVar(&c.operator.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
 	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
 	flag.IntVar(&c.operator.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")

@@ -41,6 +41,9 @@ type Options struct {
 	DNSResolver          string
 	CustomDomainInterval time.Duration
 	CustomDomainGrace    time.Duration
+	// KeepOrphans turns off the sweep that deletes, on start and at every zone resync,
+	// the records of this installation whose TenantRoute no longer exists.
+	KeepOrphans bool
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -81,8 +84,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := tenantRoutes.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TenantRoute controller: %w", err)
 	}
-	o.Queue.Orphaned = tenantRoutes.orphaned
-	o.Queue.Swept = func(_ string, records int) { orphanRecordsDeleted.Add(float64(records)) }
+	if !o.KeepOrphans {
+		o.Queue.Orphaned = tenantRoutes.orphaned
+		o.Queue.Swept = func(_ string, records int) { orphanRecordsDeleted.Add(float64(records)) }
+	}
 	edges := &EdgeProviderReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts, Monitor: monitor,
 		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: tenantRoutes.notify,

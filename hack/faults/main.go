@@ -1,0 +1,48 @@
+// Command faults runs the SIGKILL scenario of internal/faults at a chosen scale and
+// prints the counts of each run (hack/bench-faults.sh).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/faults"
+)
+
+func main() {
+	cfg := faults.Config{}
+	flag.StringVar(&cfg.Manager, "manager", "bin/manager", "the manager binary")
+	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created; a third of them are then deleted")
+	flag.IntVar(&cfg.Kills, "kills", 6, "SIGKILLs while creating, and again while deleting")
+	flag.DurationVar(&cfg.MaxKillAfter, "max-kill-after", 6*time.Second, "latest moment of a kill after the manager started")
+	flag.BoolVar(&cfg.Sweep, "sweep", false, "run the clean run with the orphan sweep on")
+	flag.DurationVar(&cfg.Settle, "settle", 10*time.Minute, "bound of the clean run")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill moments (0: random)")
+	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
+	flag.Parse()
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "faults-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		cfg.Dir = d
+	}
+	cfg.Log = func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
+	rep, err := faults.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
+	}
+	verdict := "CLEAN"
+	if !rep.Clean() {
+		verdict = "NOT CLEAN"
+	}
+	fmt.Printf("%s: %s (manager logs in %s)\n", verdict, rep, cfg.Dir)
+	if !rep.Clean() {
+		os.Exit(1)
+	}
+}

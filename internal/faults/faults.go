@@ -1,0 +1,445 @@
+// Package faults kills the manager with SIGKILL at random moments while it creates
+// and while it deletes TenantRoutes, then runs it cleanly and counts what the
+// providers hold: every remaining route's records once, nothing of a deleted route.
+// It runs a real kube-apiserver and etcd (envtest), the manager binary as its own
+// process, and both provider emulators with their real rate limits.
+//
+// The clean run can keep the orphan sweep off, so that a record left behind by a
+// finalizer removed too early shows as an orphan instead of being swept.
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
+	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
+)
+
+// Config of one run.
+type Config struct {
+	// Manager is the manager binary (go build ./cmd).
+	Manager string
+	// Routes are created, a third of them then deleted.
+	Routes int
+	// Kills while creating, and again while deleting.
+	Kills int
+	// MaxKillAfter: each kill lands at a random moment between 200 ms and this long
+	// after the manager started.
+	MaxKillAfter time.Duration
+	// Sweep runs the clean run with the orphan sweep on (the default install); off,
+	// the run shows whether deletions alone left anything behind.
+	Sweep bool
+	// Settle bounds the clean run.
+	Settle time.Duration
+	// Dir receives the manager's logs.
+	Dir string
+	// Seed of the kill moments; 0 picks one.
+	Seed uint64
+	Log  func(format string, args ...any)
+}
+
+// Count is what one provider holds after the clean run.
+type Count struct {
+	// Expected names present once, as they should be.
+	Present int
+	// Missing: remaining routes without their record.
+	Missing int
+	// Duplicates: records beyond the one set (and its registry record) per route.
+	Duplicates int
+	// Orphans: records of deleted routes.
+	Orphans int
+}
+
+// Report of one run.
+type Report struct {
+	Seed               uint64
+	Remaining, Deleted int
+	Kills              int
+	// DeletedLeft: deleted TenantRoutes still in the API after the clean run.
+	DeletedLeft int
+	// NotReady: remaining TenantRoutes not Ready after the clean run.
+	NotReady    int
+	Cloudflare  Count
+	Route53     Count
+	SettledIn   time.Duration
+	TimedOut    bool
+	ManagerLogs string
+}
+
+// Clean reports a run that left exactly the remaining routes' records.
+func (r Report) Clean() bool {
+	return !r.TimedOut && r.DeletedLeft == 0 && r.NotReady == 0 &&
+		r.Cloudflare == Count{Present: r.Remaining} && r.Route53 == Count{Present: r.Remaining}
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf("seed %d, %d kills: %d remaining, %d deleted; settled in %s (timed out: %t); "+
+		"deleted objects left %d, not ready %d; cloudflare %+v; route53 %+v",
+		r.Seed, r.Kills, r.Remaining, r.Deleted, r.SettledIn.Round(time.Second), r.TimedOut,
+		r.DeletedLeft, r.NotReady, r.Cloudflare, r.Route53)
+}
+
+const (
+	zoneName = "auth.example.com"
+	opNS     = "tenantroute-system"
+	routesNS = "tenants"
+	cfToken  = "fault-token"
+	awsKey   = "AKIAFAULT"
+	awsSec   = "fault-secret"
+)
+
+// world is the API server, the emulators and the manager process of one run.
+type world struct {
+	cfg        Config
+	env        *envtest.Environment
+	k8s        client.Client
+	kubeconfig string
+	cf         *cfemulator.Emulator
+	cfZone     string
+	r53        *r53emulator.Emulator
+	r53Zone    string
+	rng        *rand.Rand
+	runs       int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd exited
+}
+
+// Run runs the whole scenario.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0))}
+	rep := Report{Seed: cfg.Seed, ManagerLogs: cfg.Dir}
+	env, restCfg, err := testenv.Start()
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = env.Stop() }()
+	w.env = env
+	if w.k8s, err = client.New(restCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return rep, err
+	}
+	user, err := env.AddUser(envtest.User{Name: "manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return rep, err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return rep, err
+	}
+	w.kubeconfig = filepath.Join(cfg.Dir, "kubeconfig")
+	if err := os.WriteFile(w.kubeconfig, kc, 0o600); err != nil {
+		return rep, err
+	}
+	if err := w.setUp(ctx); err != nil {
+		return rep, err
+	}
+	defer w.stop(syscall.SIGKILL)
+
+	names := make([]string, cfg.Routes)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%d", i)
+	}
+	var doomed, remaining []string
+	for i, n := range names {
+		if i%3 == 0 {
+			doomed = append(doomed, n)
+		} else {
+			remaining = append(remaining, n)
+		}
+	}
+	rep.Remaining, rep.Deleted = len(remaining), len(doomed)
+
+	// Create, a share of the routes per run of the manager, each run killed at a
+	// random moment; then the same while deleting.
+	for i := range cfg.Kills {
+		chunk := names[i*len(names)/cfg.Kills : (i+1)*len(names)/cfg.Kills]
+		if err := w.killedRun(ctx, "create", func(ctx context.Context) error { return w.createRoutes(ctx, chunk) }); err != nil {
+			return rep, err
+		}
+		rep.Kills++
+	}
+	for i := range cfg.Kills {
+		chunk := doomed[i*len(doomed)/cfg.Kills : (i+1)*len(doomed)/cfg.Kills]
+		if err := w.killedRun(ctx, "delete", func(ctx context.Context) error { return w.deleteRoutes(ctx, chunk) }); err != nil {
+			return rep, err
+		}
+		rep.Kills++
+	}
+
+	// The clean run.
+	if err := w.start(!cfg.Sweep); err != nil {
+		return rep, err
+	}
+	start := time.Now()
+	deadline := start.Add(cfg.Settle)
+	for {
+		if err := w.count(ctx, remaining, doomed, &rep); err != nil {
+			return rep, err
+		}
+		if rep.Clean() {
+			break
+		}
+		if time.Now().After(deadline) {
+			rep.TimedOut = true
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	rep.SettledIn = time.Since(start)
+	w.stop(syscall.SIGTERM)
+	return rep, nil
+}
+
+// killedRun starts the manager, runs work beside it and kills the manager with
+// SIGKILL at a random moment.
+func (w *world) killedRun(ctx context.Context, phase string, work func(context.Context) error) error {
+	if err := w.start(false); err != nil {
+		return err
+	}
+	after := 200*time.Millisecond + time.Duration(w.rng.Int64N(int64(w.cfg.MaxKillAfter-200*time.Millisecond)))
+	errc := make(chan error, 1)
+	go func() { errc <- work(ctx) }()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(after):
+	}
+	w.cfg.Log("%s: SIGKILL %s after start", phase, after.Round(time.Millisecond))
+	w.stop(syscall.SIGKILL)
+	return <-errc
+}
+
+func (w *world) setUp(ctx context.Context) error {
+	w.cf = cfemulator.New(cfToken)
+	w.cfZone = w.cf.AddZone(zoneName)
+	w.r53 = r53emulator.New(awsKey, awsSec)
+	w.r53Zone = w.r53.AddZone(zoneName)
+	cfURL, err := serve(w.cf)
+	if err != nil {
+		return err
+	}
+	r53URL, err := serve(w.r53)
+	if err != nil {
+		return err
+	}
+	probe, err := serve(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	if err != nil {
+		return err
+	}
+	check := v1.HealthCheck{URL: probe + "/healthz", Interval: metav1.Duration{Duration: 2 * time.Second},
+		Timeout: metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 2,
+		FailbackHoldDown: metav1.Duration{Duration: 30 * time.Second}}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNS}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: routesNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloudflare-token", Namespace: opNS}, StringData: map[string]string{"token": cfToken}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-credentials", Namespace: opNS},
+			StringData: map[string]string{"access-key-id": awsKey, "secret-access-key": awsSec}},
+		&v1.Region{ObjectMeta: metav1.ObjectMeta{Name: "eu"}, Spec: v1.RegionSpec{Backends: []v1.Backend{{URL: "http://127.0.0.1:1"}}}},
+		&v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: "cloudflare"}, Spec: v1.EdgeProviderSpec{
+			Zones:       []v1.Zone{{Name: zoneName}},
+			Cloudflare:  &v1.CloudflareProvider{APITokenSecretRef: v1.SecretKeyReference{Name: "cloudflare-token", Key: "token"}, BaseURL: cfURL + "/client/v4/"},
+			Edge:        v1.EdgeTarget{Target: "{{ .Hostname }}.cdn.cloudflare.net"},
+			HealthCheck: check}},
+		&v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: "aws"}, Spec: v1.EdgeProviderSpec{
+			Zones:       []v1.Zone{{Name: zoneName}},
+			Route53:     &v1.Route53Provider{Endpoint: r53URL, CredentialsSecretRef: &v1.SecretReference{Name: "aws-credentials"}},
+			Edge:        v1.EdgeTarget{Target: "edge-aws.example.net"},
+			HealthCheck: check}},
+	}
+	for _, o := range objs {
+		if err := w.k8s.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// serve serves h on a local port for the life of the process.
+func serve(h http.Handler) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	srv.Start()
+	return srv.URL, nil
+}
+
+func (w *world) start(keepOrphans bool) error {
+	w.runs++
+	logf, err := os.Create(filepath.Join(w.cfg.Dir, fmt.Sprintf("manager-%02d.log", w.runs)))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(w.cfg.Manager, "--namespace", opNS, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", "127.0.0.1:0", "--proxy-bind-address", "0", "--lookup-bind-address", "0",
+		"--dns-resolver", "", fmt.Sprintf("--sweep-orphans=%t", !keepOrphans))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting the manager: %w", err)
+	}
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.cmd, w.done = cmd, done
+	w.mu.Unlock()
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	return nil
+}
+
+func (w *world) stop(sig syscall.Signal) {
+	w.mu.Lock()
+	cmd, done := w.cmd, w.done
+	w.cmd = nil
+	w.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	<-done
+}
+
+func (w *world) createRoutes(ctx context.Context, names []string) error {
+	return parallel(names, func(n string) error {
+		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: routesNS}, Spec: v1.TenantRouteSpec{
+			TenantID: n, Region: "eu", Hostnames: []string{n + "." + zoneName}, Edges: []string{"cloudflare", "aws"}, TTL: 60}}
+		if err := w.k8s.Create(ctx, tr); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating TenantRoute %s: %w", n, err)
+		}
+		return nil
+	})
+}
+
+func (w *world) deleteRoutes(ctx context.Context, names []string) error {
+	return parallel(names, func(n string) error {
+		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: routesNS}}
+		if err := w.k8s.Delete(ctx, tr); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting TenantRoute %s: %w", n, err)
+		}
+		return nil
+	})
+}
+
+func parallel(names []string, f func(string) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, 32)
+	for i, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = f(n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// count fills rep with what the API and the providers hold now.
+func (w *world) count(ctx context.Context, remaining, doomed []string, rep *Report) error {
+	var list v1.TenantRouteList
+	if err := w.k8s.List(ctx, &list, client.InNamespace(routesNS)); err != nil {
+		return err
+	}
+	exists := map[string]*v1.TenantRoute{}
+	for i := range list.Items {
+		exists[list.Items[i].Name] = &list.Items[i]
+	}
+	rep.DeletedLeft, rep.NotReady = 0, 0
+	for _, n := range doomed {
+		if exists[n] != nil {
+			rep.DeletedLeft++
+		}
+	}
+	for _, n := range remaining {
+		tr := exists[n]
+		if tr == nil || tr.Status.ObservedGeneration != tr.Generation ||
+			!meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady) {
+			rep.NotReady++
+		}
+	}
+	var cfNames, r53Names []string
+	for _, r := range w.cf.Records(w.cfZone) {
+		cfNames = append(cfNames, strings.ToLower(r.Name))
+	}
+	for _, rs := range w.r53.RecordSets(w.r53Zone) {
+		if rs.Type == "SOA" || rs.Type == "NS" {
+			continue
+		}
+		r53Names = append(r53Names, strings.TrimSuffix(strings.ToLower(rs.Name), "."))
+	}
+	// Per route: the record set at its hostname, and in Route53 its registry record.
+	rep.Cloudflare = tally(cfNames, remaining, doomed, 1)
+	rep.Route53 = tally(r53Names, remaining, doomed, 2)
+	return nil
+}
+
+// tally sorts the record names of a zone by the route they belong to (the hostname
+// itself or a name below it); perRoute is how many records a route has.
+func tally(records, remaining, doomed []string, perRoute int) Count {
+	route := func(name string) string {
+		name = strings.TrimSuffix(name, "."+zoneName)
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			name = name[i+1:]
+		}
+		return name
+	}
+	held := map[string]int{}
+	for _, r := range records {
+		held[route(r)]++
+	}
+	var c Count
+	for _, n := range doomed {
+		c.Orphans += held[n]
+	}
+	for _, n := range remaining {
+		switch h := held[n]; {
+		case h == 0:
+			c.Missing++
+		case h > perRoute:
+			c.Present++
+			c.Duplicates += h - perRoute
+		case h == perRoute:
+			c.Present++
+		default:
+			c.Missing++
+		}
+	}
+	return c
+}
