@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,8 @@ type EdgeProviderReconciler struct {
 	Revalidate time.Duration
 	// Monitor probes each EdgeProvider's health check.
 	Monitor *edge.Monitor
+
+	rejections sync.Map // EdgeProvider name -> refusals of its credentials in a row
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch
@@ -171,12 +174,19 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		}
 	}
 	if rejected != nil {
-		r.Accounts.Remove(ep.Name)
+		// Keep the installed account, its queues and their pending work: a 401/403 is
+		// often passing (a token being rotated, an IAM change propagating, a provider
+		// incident), and dropping the queues would stall the failovers and deletions in
+		// them until the next revalidation. The queues retry their own calls with
+		// backoff; the credentials are checked again with backoff too.
 		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected,
 			"the provider refused the credentials: "+rejected.Error())
-		meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
-		return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+		if r.Accounts.Get(ep.Name) == nil {
+			meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
+		}
+		return ctrl.Result{RequeueAfter: r.rejectedBackoff(ep.Name)}, nil
 	}
+	r.rejections.Delete(ep.Name)
 	if fresh {
 		r.Accounts.Set(acct)
 	} else if resolvedNow > 0 && r.Accounts.ready != nil {
@@ -205,6 +215,18 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+}
+
+// rejectedBackoff is how long until the credentials of an EdgeProvider the provider
+// refused are tried again: 5 s, doubling with each refusal in a row, at most
+// Revalidate.
+func (r *EdgeProviderReconciler) rejectedBackoff(edge string) time.Duration {
+	n := 0
+	if v, ok := r.rejections.Load(edge); ok {
+		n = v.(int)
+	}
+	r.rejections.Store(edge, n+1)
+	return min(5*time.Second<<min(n, 16), r.Revalidate)
 }
 
 // isAuthError reports a permanent failure caused by the credentials.

@@ -238,3 +238,41 @@ func TestManualPinIgnoresHealth(t *testing.T) {
 		t.Errorf("with the pinned edge gone, the Cloudflare record became %v", got)
 	}
 }
+
+// One 403 from Cloudflare, met while the operator checks the credentials again (here
+// because the Secret was edited), must not drop the account and its queues: the
+// failover that follows rewrites the Cloudflare records at once, and the credentials
+// are accepted again at the next try.
+func TestA403DoesNotStopTheFailoverThatFollows(t *testing.T) {
+	o := newOperator(t, "forbidden403")
+	o.start()
+	hosts := []string{"f403.auth.example.com"}
+	o.create(o.route("r", hosts...))
+	o.waitReady("r")
+	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
+
+	f := o.cf.Faults()
+	f.Forbidden = 1
+	o.cf.SetFaults(f)
+	secret := o.cfSecret()
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(secret), secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Labels = map[string]string{"rotated": "yes"}
+	if err := k8s.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
+	eventually(t, 10*time.Second, func() error {
+		return expectEvent(ep, "EdgeProvider", controllers.ReasonCredentialsRejected, "refused")
+	})
+
+	o.cfUp.Store(false)
+	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, hosts...) })
+	eventually(t, 15*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+			return err
+		}
+		return expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, controllers.ReasonCredentialsAccepted)
+	})
+}

@@ -21,6 +21,9 @@ type Faults struct {
 	// TooManyRequests answers the next N API requests with 429 (Cloudflare) or a
 	// Throttling error (Route53).
 	TooManyRequests int `json:"tooManyRequests"`
+	// Forbidden answers the next N API requests with 403, as a provider does for
+	// credentials it refuses (a revoked token, an IAM policy being propagated).
+	Forbidden int `json:"forbidden"`
 	// RetryAfter is the Retry-After sent with injected 429s.
 	RetryAfter Duration `json:"retryAfter"`
 }
@@ -51,6 +54,7 @@ const (
 	Unavailable
 	InternalError
 	Throttled
+	Forbidden
 )
 
 // Kit is embedded by each emulator.
@@ -123,6 +127,9 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 	switch {
 	case f.Outage:
 		verdict = Unavailable
+	case f.Forbidden > 0:
+		k.faults.Forbidden--
+		verdict = Forbidden
 	case f.TooManyRequests > 0:
 		k.faults.TooManyRequests--
 		verdict = Throttled

@@ -250,6 +250,9 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case emulatorkit.InternalError:
 		writeError(w, errorf(http.StatusInternalServerError, 10001, "Internal server error"))
 		return
+	case emulatorkit.Forbidden:
+		writeError(w, errorf(http.StatusForbidden, 10000, "Authentication error"))
+		return
 	case emulatorkit.Throttled:
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
 		writeError(w, errorf(http.StatusTooManyRequests, 971, "Please wait and consider throttling your request speed"))

@@ -292,6 +292,9 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case emulatorkit.InternalError:
 		writeError(w, http.StatusInternalServerError, "InternalFailure", "An internal error occurred")
 		return
+	case emulatorkit.Forbidden:
+		writeError(w, http.StatusForbidden, "AccessDenied", "User is not authorized to perform this action")
+		return
 	case emulatorkit.Throttled:
 		writeError(w, http.StatusBadRequest, "Throttling", "Rate exceeded")
 		return
