@@ -18,6 +18,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,10 +78,16 @@ type EdgeProviderReconciler struct {
 	// Monitor probes each EdgeProvider's health check.
 	Monitor *edge.Monitor
 
+	// Instance names this installation in the ownership marker of its records: the
+	// records deleted with an EdgeProvider are this installation's only.
+	Instance string
+
 	rejections sync.Map // EdgeProvider name -> refusals of its credentials in a row
+	announced  sync.Map // EdgeProvider name -> what its deletion last reported
 }
 
-// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders/finalizers,verbs=update
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -93,6 +101,14 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Monitor.Forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ep.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, ep)
+	}
+	if controllerutil.AddFinalizer(ep, Finalizer) {
+		if err := r.Update(ctx, ep); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
 	}
 	before := ep.DeepCopy()
 	defer func() {
@@ -355,7 +371,7 @@ func (r *EdgeProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1.EdgeProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1.EdgeProvider{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted()))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.providersOfSecret)).
 		Named("edgeprovider").
 		Complete(r)
@@ -375,6 +391,13 @@ func (r *EdgeProviderReconciler) providersOfSecret(ctx context.Context, o client
 		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Name: ep.Name}}
 	}
 	return reqs
+}
+
+// deletionStarted passes the update that marks an object for deletion.
+func deletionStarted() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
 }
 
 // patchStatus writes status only when it changed.

@@ -90,7 +90,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	edges := &EdgeProviderReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts, Monitor: monitor,
-		Namespace: o.Namespace, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: tenantRoutes.notify,
+		Namespace: o.Namespace, Instance: o.Instance, ZoneResync: o.ZoneResync, QueueOptions: o.Queue, Notify: tenantRoutes.notify,
 		Revalidate: o.Revalidate,
 	}
 	if err := edges.SetupWithManager(mgr); err != nil {

@@ -236,8 +236,9 @@ func (r *TenantRouteReconciler) ownerOf(route *v1.TenantRoute) string {
 	return key
 }
 
-// edgeProviders returns the EdgeProviders that exist among those the route lists now
-// or listed before (its records may still be there), by name.
+// edgeProviders returns the EdgeProviders that exist, and are not being deleted,
+// among those the route lists now or listed before (its records may still be there),
+// by name.
 func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.TenantRoute) (map[string]*v1.EdgeProvider, error) {
 	edges := map[string]*v1.EdgeProvider{}
 	for _, name := range edgesOf(route) {
@@ -247,6 +248,9 @@ func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.Ten
 				continue
 			}
 			return nil, fmt.Errorf("reading EdgeProvider %s: %w", name, err)
+		}
+		if !ep.DeletionTimestamp.IsZero() {
+			continue // its records are being deleted with it: declare none there
 		}
 		edges[name] = ep
 	}
@@ -343,7 +347,8 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func edgeProviderChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.EdgeProvider), e.ObjectNew.(*v1.EdgeProvider)
-		if o.Generation != n.Generation || len(o.Status.Conditions) != len(n.Status.Conditions) {
+		if o.Generation != n.Generation || len(o.Status.Conditions) != len(n.Status.Conditions) ||
+			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() {
 			return true
 		}
 		for _, c := range n.Status.Conditions {

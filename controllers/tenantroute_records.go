@@ -76,7 +76,7 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 	for _, name := range route.Spec.Edges {
 		s := state(name)
 		if _, ok := edges[name]; !ok {
-			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s not found", name))
+			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s not found or being deleted: remove it from spec.edges", name))
 		}
 	}
 	if _, ok := edges[plan.active]; !ok {

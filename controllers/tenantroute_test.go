@@ -381,3 +381,71 @@ func metricValue(t *testing.T, name string, labels map[string]string) float64 {
 	}
 	return 0
 }
+
+// Deleting an EdgeProvider deletes the records the operator wrote in its zones before
+// it goes (a record left pointing at a decommissioned edge can be taken over), leaves
+// records it does not own, and moves the routes to the other edge; its TenantRoutes
+// report it. With the Orphan policy, the records stay.
+func TestDeletingAnEdgeProviderDeletesItsRecords(t *testing.T) {
+	o := newOperator(t, "epdelete")
+	if _, err := o.cf.AddRecord(o.cfZone, cfemulator.Record{Name: "foreign.auth.example.com", Type: "A", Content: "203.0.113.9", TTL: 300}); err != nil {
+		t.Fatal(err)
+	}
+	o.start()
+	hosts := []string{"epd-a.auth.example.com", "epd-b.auth.example.com"}
+	o.create(o.route("a", hosts[0]))
+	o.create(o.route("b", hosts[1]))
+	o.waitReady("a", "b")
+	if err := o.pointAt(onCloudflare, hosts...); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cf := &v1.EdgeProvider{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: o.cfEdge}, cf); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, cf); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: o.cfEdge}, &v1.EdgeProvider{}); err == nil {
+			return fmt.Errorf("the EdgeProvider is still there")
+		}
+		if got := o.cfRecords(); len(got) != 1 || len(got["foreign.auth.example.com"]) != 1 {
+			return fmt.Errorf("cloudflare holds %v, want only the foreign record", got)
+		}
+		for _, h := range hosts {
+			if got := o.r53Records()[h]; !slices.Equal(got, []string{awsActive + "."}) {
+				return fmt.Errorf("route53 %s: %v, want the AWS edge", h, got)
+			}
+		}
+		c := condition(o.get("a").Status.Conditions, v1.ConditionReady)
+		if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, o.cfEdge+" not found or being deleted") {
+			return fmt.Errorf("route a does not report the EdgeProvider's deletion: %+v", c)
+		}
+		return nil
+	})
+
+	aws := &v1.EdgeProvider{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: o.awsEdge}, aws); err != nil {
+		t.Fatal(err)
+	}
+	aws.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
+	if err := k8s.Update(ctx, aws); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, aws); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: o.awsEdge}, &v1.EdgeProvider{}); err == nil {
+			return fmt.Errorf("the EdgeProvider with the Orphan policy is still there")
+		}
+		return nil
+	})
+	for _, h := range hosts {
+		if got := o.r53Records()[h]; len(got) != 1 {
+			t.Errorf("route53 %s after an Orphan deletion: %v", h, got)
+		}
+	}
+}

@@ -15,8 +15,8 @@ const (
 	FailoverManual FailoverMode = "Manual"
 )
 
-// DeletionPolicyAnnotation on a TenantRoute set to DeletionPolicyOrphan leaves its
-// records in the providers when the TenantRoute is deleted.
+// DeletionPolicyAnnotation on a TenantRoute or an EdgeProvider set to
+// DeletionPolicyOrphan leaves its records in the providers when it is deleted.
 const (
 	DeletionPolicyAnnotation = "routing.tenantroute.io/deletion-policy"
 	DeletionPolicyOrphan     = "Orphan"
