@@ -67,6 +67,7 @@ func main() {
 	flag.StringVar(&c.operator.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
 	flag.StringVar(&c.operator.Instance, "instance", "default", "Name of this installation in the ownership marker of its records; installations sharing zones need different names.")
 	flag.DurationVar(&c.operator.ZoneResync, "zone-resync", 10*time.Minute, "How often each DNS zone is listed again.")
+	flag.DurationVar(&c.operator.DeletionTimeout, "deletion-timeout", time.Hour, "How long a TenantRoute's deletion waits for zones it cannot reach (zone gone, credentials revoked) before it completes anyway, with a Warning event naming the records possibly left behind.")
 	flag.BoolFunc("sweep-orphans", "Delete, on start and at every zone resync, the records of this installation whose TenantRoute no longer exists (default true).",
 		func(v string) error {
 			sweep, err := strconv.ParseBool(v)

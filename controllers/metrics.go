@@ -30,6 +30,10 @@ var (
 		Name: "tenantroute_orphan_records_deleted_total",
 		Help: "Record changes that deleted records whose TenantRoute no longer exists (found at a zone's resync or on start).",
 	})
+	abandonedDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_deletions_abandoned_total",
+		Help: "TenantRoute deletions completed after --deletion-timeout with records possibly left in an EdgeProvider's zones, by EdgeProvider.",
+	}, []string{"edge"})
 	recordsManaged = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenantroute_records_managed",
 		Help: "Record sets the operator owns, by EdgeProvider.",
@@ -60,7 +64,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
-		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted)
+		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted, abandonedDeletions)
 }
 
 // observeProvider returns the hook that counts one EdgeProvider's API requests.

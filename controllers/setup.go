@@ -41,6 +41,10 @@ type Options struct {
 	DNSResolver          string
 	CustomDomainInterval time.Duration
 	CustomDomainGrace    time.Duration
+	// DeletionTimeout bounds how long a TenantRoute's deletion waits for zones it
+	// cannot reach (a zone gone for good, revoked credentials); then it completes,
+	// naming the records possibly left behind in a Warning event (default 1 h).
+	DeletionTimeout time.Duration
 	// KeepOrphans turns off the sweep that deletes, on start and at every zone resync,
 	// the records of this installation whose TenantRoute no longer exists.
 	KeepOrphans bool
@@ -66,6 +70,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
+		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour),
 	}
 	if o.DNSResolver != "" {
 		tenantRoutes.Verifier = &DomainVerifier{Resolver: o.DNSResolver,

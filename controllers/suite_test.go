@@ -91,6 +91,8 @@ type operator struct {
 	kvSync time.Duration
 	// dns, if set, is the resolver custom domains are verified through.
 	dns string
+	// deletionTimeout, if set, replaces the default of 1 h.
+	deletionTimeout time.Duration
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -204,7 +206,7 @@ func (o *operator) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
 		RedisKV: o.kv, KVSyncInterval: o.kvSync,
-		DNSResolver: o.dns, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second}); err != nil {
+		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second}); err != nil {
 		o.t.Fatal(err)
 	}
 	done := make(chan error, 1)

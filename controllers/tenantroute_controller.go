@@ -50,6 +50,8 @@ type TenantRouteReconciler struct {
 	// grants recorded in status from the cache, whose first listing is fresh when the
 	// leader starts and which sees exactly the TenantRoutes this operator manages.
 	Claims *routes.Claims
+	// DeletionTimeout: a deletion blocked this long completes anyway (reconcileDelete).
+	DeletionTimeout time.Duration
 	// Verifier checks custom domains' proof of control; without it none is routed.
 	Verifier *DomainVerifier
 	// rewrites observes failovers until their records are rewritten.

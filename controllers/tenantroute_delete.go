@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -24,6 +25,9 @@ import (
 const (
 	ReasonDeleting        = "Deleting"
 	ReasonDeletionBlocked = "DeletionBlocked"
+	// ReasonDeletionAbandoned: the deletion completed after DeletionTimeout without
+	// every provider's confirmation.
+	ReasonDeletionAbandoned = "DeletionAbandoned"
 )
 
 // reconcileDelete deletes the route's records from every provider it may have records
@@ -36,7 +40,25 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
 		blocked, deleting := r.deleteRecords(ctx, route, owner)
-		if len(blocked) > 0 || deleting > 0 {
+		waited := time.Since(route.DeletionTimestamp.Time)
+		if (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout {
+			// A zone gone for good or credentials revoked must not hold the route, and
+			// its namespace, forever. Whatever is left is named, counted, and swept as an
+			// orphan once its zone can be reached again.
+			left := r.leftBehind(route, blocked)
+			where := strings.Join(blocked, "; ")
+			if where == "" {
+				where = strings.Join(left, ", ") + " (still deleting)"
+			}
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDeletionAbandoned, "DeleteRecords",
+				"deleted after waiting %s for the providers; records of %s may remain in %s; the orphan sweep removes them once their zone can be reached",
+				r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where)
+			for _, edge := range left {
+				abandonedDeletions.WithLabelValues(edge).Inc()
+			}
+			log.FromContext(ctx).Info("deletion completed without the providers' confirmation", "waited", waited.Round(time.Second),
+				"blocked", blocked, "hostnames", route.Spec.Hostnames)
+		} else if len(blocked) > 0 || deleting > 0 {
 			before := route.DeepCopy()
 			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonDeleting,
 				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
@@ -48,7 +70,11 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			}
 			meta.SetStatusCondition(&route.Status.Conditions, ready)
 			reconcileOutcomes.WithLabelValues("deleting").Inc()
-			return ctrl.Result{RequeueAfter: requeueSafety}, patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
+			requeue := requeueSafety
+			if r.DeletionTimeout > 0 {
+				requeue = min(requeue, r.DeletionTimeout-waited)
+			}
+			return ctrl.Result{RequeueAfter: requeue}, patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
 		}
 	}
 	for _, edge := range edgesOf(route) {
@@ -72,6 +98,24 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	reconcileOutcomes.WithLabelValues("deleted").Inc()
 	return ctrl.Result{}, nil
+}
+
+// leftBehind names the EdgeProviders a deletion gives up on, from the reasons it was
+// blocked ("<edge>: ..." or "<edge> zone ...") or, when it was only slow, every
+// EdgeProvider the route had records in.
+func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []string) []string {
+	var edges []string
+	for _, b := range blocked {
+		edge, _, _ := strings.Cut(b, ":")
+		edge, _, _ = strings.Cut(edge, " ")
+		if !slices.Contains(edges, edge) {
+			edges = append(edges, edge)
+		}
+	}
+	if len(edges) == 0 {
+		edges = edgesOf(route)
+	}
+	return edges
 }
 
 // deleteRecords asks every zone the route may have records in for none; it returns

@@ -449,3 +449,44 @@ func TestDeletingAnEdgeProviderDeletesItsRecords(t *testing.T) {
 		}
 	}
 }
+
+// A TenantRoute whose Cloudflare zone was removed from the account cannot have its
+// records there deleted: its deletion waits, says why, and completes after the
+// deletion timeout with a Warning event naming what may be left; the reachable
+// provider's records are deleted.
+func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
+	o := newOperator(t, "vanished")
+	o.deletionTimeout = 4 * time.Second
+	o.start()
+	const host = "gone.auth.example.com"
+	o.create(o.route("r", host))
+	o.waitReady("r")
+	o.cf.RemoveZone(o.cfZone)
+	tr := o.get("r")
+	if err := k8s.Delete(context.Background(), tr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, func() error {
+		tr = o.get("r")
+		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonDeletionBlocked)
+	})
+	before := metricValue(t, "tenantroute_deletions_abandoned_total", map[string]string{"edge": o.cfEdge})
+	eventually(t, 15*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(tr), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	if waited := time.Since(tr.DeletionTimestamp.Time); waited < 4*time.Second-time.Second {
+		t.Errorf("deleted after %s, before the timeout", waited)
+	}
+	if err := expectEvent(tr, "TenantRoute", controllers.ReasonDeletionAbandoned, o.cfEdge+" zone "+zoneName); err != nil {
+		t.Error(err)
+	}
+	if got := metricValue(t, "tenantroute_deletions_abandoned_total", map[string]string{"edge": o.cfEdge}); got != before+1 {
+		t.Errorf("tenantroute_deletions_abandoned_total{edge=%s} went from %v to %v", o.cfEdge, before, got)
+	}
+	if got := o.r53Records()[host]; len(got) != 0 {
+		t.Errorf("the reachable provider's record was left: %v", got)
+	}
+}

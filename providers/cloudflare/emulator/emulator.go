@@ -143,6 +143,14 @@ func (e *Emulator) AddZone(name string) string {
 	return id
 }
 
+// RemoveZone deletes a zone and its records, as when a zone is removed from the
+// account: its API answers 404 from then on.
+func (e *Emulator) RemoveZone(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.zones, id)
+}
+
 // AddRecord creates a record directly, as someone else would through the dashboard.
 func (e *Emulator) AddRecord(zoneID string, r Record) (Record, error) {
 	e.mu.Lock()
