@@ -60,6 +60,11 @@ type TenantRouteReconciler struct {
 	owners sync.Map // owner key -> types.NamespacedName
 	events chan event.GenericEvent
 
+	// retired are the owners whose deletion completed, with the UID of the deleted
+	// route: declareRecords refuses them (see retire).
+	retiredMu sync.RWMutex
+	retired   map[string]retiredOwner
+
 	existingMu sync.Mutex // the owners that exist, for the orphan sweep
 	existing   map[string]bool
 	existingAt time.Time

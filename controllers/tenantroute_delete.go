@@ -38,10 +38,12 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	if !controllerutil.ContainsFinalizer(route, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	abandoned := false
 	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
 		blocked, deleting := r.deleteRecords(ctx, route, owner)
 		waited := time.Since(route.DeletionTimestamp.Time)
-		if (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout {
+		abandoned = (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout
+		if abandoned {
 			// A zone gone for good or credentials revoked must not hold the route, and
 			// its namespace, forever. Whatever is left is named, counted, and swept as an
 			// orphan once its zone can be reached again.
@@ -77,6 +79,14 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			return ctrl.Result{RequeueAfter: requeue}, patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
 		}
 	}
+	r.retire(owner, route.UID)
+	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan && !abandoned {
+		// A declaration made from an older snapshot between the check above and the
+		// retirement shows now as pending: delete it too before letting go.
+		if _, deleting := r.deleteRecords(ctx, route, owner); deleting > 0 {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
 	for _, edge := range edgesOf(route) {
 		if acct := r.Accounts.Get(edge); acct != nil {
 			for zone, q := range acct.Queues() {
@@ -98,6 +108,36 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	reconcileOutcomes.WithLabelValues("deleted").Inc()
 	return ctrl.Result{}, nil
+}
+
+// retiredOwner is a route whose deletion completed.
+type retiredOwner struct {
+	uid types.UID
+	at  time.Time
+}
+
+// retiredFor bounds how long a retired owner is remembered: longer than any planner
+// works from one snapshot.
+const retiredFor = 10 * time.Minute
+
+// retire makes declareRecords refuse the owner's records for the route of this UID
+// from now on (a route created again under the same name has another UID). It waits
+// for declarations in flight, so that the check that follows sees them.
+func (r *TenantRouteReconciler) retire(owner string, uid types.UID) {
+	r.retiredMu.Lock()
+	defer r.retiredMu.Unlock()
+	now := time.Now()
+	if r.retired == nil {
+		r.retired = map[string]retiredOwner{}
+	}
+	if len(r.retired)%1024 == 0 {
+		for k, g := range r.retired {
+			if now.Sub(g.at) > retiredFor {
+				delete(r.retired, k)
+			}
+		}
+	}
+	r.retired[owner] = retiredOwner{uid: uid, at: now}
 }
 
 // leftBehind names the EdgeProviders a deletion gives up on, from the reasons it was

@@ -61,6 +61,14 @@ func (s *edgeState) state() (v1.RecordState, string) {
 // applied yet.
 func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, plan *routePlan,
 	onPending func(edge, zone, owner string)) []*edgeState {
+	// A route whose deletion completed gets no record again, even from a planner that
+	// read it before it was deleted (a failover plans thousands of routes from one
+	// snapshot): its records would be orphans nobody deletes.
+	r.retiredMu.RLock()
+	defer r.retiredMu.RUnlock()
+	if g, ok := r.retired[owner]; ok && g.uid == route.UID {
+		return nil
+	}
 	zones, edges := plan.zones, plan.edges
 	byEdge := map[string]*edgeState{}
 	var states []*edgeState

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/internal/faults"
@@ -18,11 +19,14 @@ func main() {
 	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created; a third of them are then deleted")
 	flag.IntVar(&cfg.Kills, "kills", 6, "SIGKILLs while creating, and again while deleting")
 	flag.DurationVar(&cfg.MaxKillAfter, "max-kill-after", 6*time.Second, "latest moment of a kill after the manager started")
+	flag.DurationVar(&cfg.OutageAtStart, "outage-at-start", 4*time.Second, "each killed start meets both providers answering 503 for a random part of this long")
 	flag.BoolVar(&cfg.Sweep, "sweep", false, "run the clean run with the orphan sweep on")
 	flag.DurationVar(&cfg.Settle, "settle", 10*time.Minute, "bound of the clean run")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill moments (0: random)")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
+	args := flag.String("manager-args", "", "more arguments for the manager, space-separated (e.g. --zap-log-level=debug)")
 	flag.Parse()
+	cfg.ManagerArgs = strings.Fields(*args)
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "faults-")
 		if err != nil {

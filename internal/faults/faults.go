@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +35,7 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
 )
 
@@ -48,11 +50,17 @@ type Config struct {
 	// MaxKillAfter: each kill lands at a random moment between 200 ms and this long
 	// after the manager started.
 	MaxKillAfter time.Duration
+	// OutageAtStart: each killed run starts with both providers answering 503 for a
+	// random part of this long, as during a provider incident: zones then resolve
+	// late, while deletions are already being reconciled.
+	OutageAtStart time.Duration
 	// Sweep runs the clean run with the orphan sweep on (the default install); off,
 	// the run shows whether deletions alone left anything behind.
 	Sweep bool
 	// Settle bounds the clean run.
 	Settle time.Duration
+	// ManagerArgs are added to the manager's command line (e.g. --zap-log-level=debug).
+	ManagerArgs []string
 	// Dir receives the manager's logs.
 	Dir string
 	// Seed of the kill moments; 0 picks one.
@@ -80,12 +88,14 @@ type Report struct {
 	// DeletedLeft: deleted TenantRoutes still in the API after the clean run.
 	DeletedLeft int
 	// NotReady: remaining TenantRoutes not Ready after the clean run.
-	NotReady    int
-	Cloudflare  Count
-	Route53     Count
-	SettledIn   time.Duration
-	TimedOut    bool
-	ManagerLogs string
+	NotReady   int
+	Cloudflare Count
+	Route53    Count
+	// OrphanSample names a few orphaned records ("provider TYPE name").
+	OrphanSample []string
+	SettledIn    time.Duration
+	TimedOut     bool
+	ManagerLogs  string
 }
 
 // Clean reports a run that left exactly the remaining routes' records.
@@ -96,9 +106,9 @@ func (r Report) Clean() bool {
 
 func (r Report) String() string {
 	return fmt.Sprintf("seed %d, %d kills: %d remaining, %d deleted; settled in %s (timed out: %t); "+
-		"deleted objects left %d, not ready %d; cloudflare %+v; route53 %+v",
+		"deleted objects left %d, not ready %d; cloudflare %+v; route53 %+v; orphans such as %v",
 		r.Seed, r.Kills, r.Remaining, r.Deleted, r.SettledIn.Round(time.Second), r.TimedOut,
-		r.DeletedLeft, r.NotReady, r.Cloudflare, r.Route53)
+		r.DeletedLeft, r.NotReady, r.Cloudflare, r.Route53, r.OrphanSample)
 }
 
 const (
@@ -195,7 +205,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.Kills++
 	}
 
-	// The clean run.
+	// The clean run, without injected faults.
+	time.Sleep(w.cfg.OutageAtStart)
+	w.setOutage(false)
 	if err := w.start(!cfg.Sweep); err != nil {
 		return rep, err
 	}
@@ -212,6 +224,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			rep.TimedOut = true
 			break
 		}
+		if n := int(time.Since(start) / time.Second); n > 0 && n%30 == 0 {
+			cfg.Log("clean run, %ds: %s", n, rep)
+		}
 		select {
 		case <-ctx.Done():
 			return rep, ctx.Err()
@@ -226,6 +241,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // killedRun starts the manager, runs work beside it and kills the manager with
 // SIGKILL at a random moment.
 func (w *world) killedRun(ctx context.Context, phase string, work func(context.Context) error) error {
+	if d := w.cfg.OutageAtStart; d > 0 {
+		w.setOutage(true)
+		outage := time.Duration(w.rng.Int64N(int64(d)))
+		time.AfterFunc(outage, func() { w.setOutage(false) })
+	}
 	if err := w.start(false); err != nil {
 		return err
 	}
@@ -240,6 +260,11 @@ func (w *world) killedRun(ctx context.Context, phase string, work func(context.C
 	w.cfg.Log("%s: SIGKILL %s after start", phase, after.Round(time.Millisecond))
 	w.stop(syscall.SIGKILL)
 	return <-errc
+}
+
+func (w *world) setOutage(on bool) {
+	w.cf.SetFaults(emulatorkit.Faults{Outage: on})
+	w.r53.SetFaults(emulatorkit.Faults{Outage: on})
 }
 
 func (w *world) setUp(ctx context.Context) error {
@@ -308,6 +333,7 @@ func (w *world) start(keepOrphans bool) error {
 	cmd := exec.Command(w.cfg.Manager, "--namespace", opNS, "--metrics-bind-address", "0",
 		"--health-probe-bind-address", "127.0.0.1:0", "--proxy-bind-address", "0", "--lookup-bind-address", "0",
 		"--dns-resolver", "", fmt.Sprintf("--sweep-orphans=%t", !keepOrphans))
+	cmd.Args = append(cmd.Args, w.cfg.ManagerArgs...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -395,14 +421,23 @@ func (w *world) count(ctx context.Context, remaining, doomed []string, rep *Repo
 		}
 	}
 	var cfNames, r53Names []string
+	rep.OrphanSample = nil
+	sample := func(provider, typ, name string) {
+		if len(rep.OrphanSample) < 4 && slices.Contains(doomed, routeOf(name)) {
+			rep.OrphanSample = append(rep.OrphanSample, provider+" "+typ+" "+name)
+		}
+	}
 	for _, r := range w.cf.Records(w.cfZone) {
 		cfNames = append(cfNames, strings.ToLower(r.Name))
+		sample("cloudflare", r.Type, r.Name)
 	}
 	for _, rs := range w.r53.RecordSets(w.r53Zone) {
 		if rs.Type == "SOA" || rs.Type == "NS" {
 			continue
 		}
-		r53Names = append(r53Names, strings.TrimSuffix(strings.ToLower(rs.Name), "."))
+		name := strings.TrimSuffix(strings.ToLower(rs.Name), ".")
+		r53Names = append(r53Names, name)
+		sample("route53", rs.Type, name+" "+strings.Join(rs.Values, ","))
 	}
 	// Per route: the record set at its hostname, and in Route53 its registry record.
 	rep.Cloudflare = tally(cfNames, remaining, doomed, 1)
@@ -410,19 +445,22 @@ func (w *world) count(ctx context.Context, remaining, doomed []string, rep *Repo
 	return nil
 }
 
+// routeOf is the route a record name belongs to: the first label of its hostname.
+func routeOf(name string) string {
+	name, _, _ = strings.Cut(name, " ")
+	name = strings.TrimSuffix(name, "."+zoneName)
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	return name
+}
+
 // tally sorts the record names of a zone by the route they belong to (the hostname
 // itself or a name below it); perRoute is how many records a route has.
 func tally(records, remaining, doomed []string, perRoute int) Count {
-	route := func(name string) string {
-		name = strings.TrimSuffix(name, "."+zoneName)
-		if i := strings.LastIndexByte(name, '.'); i >= 0 {
-			name = name[i+1:]
-		}
-		return name
-	}
 	held := map[string]int{}
 	for _, r := range records {
-		held[route(r)]++
+		held[routeOf(r)]++
 	}
 	var c Count
 	for _, n := range doomed {

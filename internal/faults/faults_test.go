@@ -26,7 +26,7 @@ func TestSIGKILLLeavesNeitherOrphansNorDuplicates(t *testing.T) {
 		t.Fatalf("building the manager: %v\n%s", err, out)
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("FAULTS_SEED"), 10, 64)
-	rep, err := Run(context.Background(), Config{Manager: bin, Routes: 300, Kills: 3, MaxKillAfter: 4 * time.Second,
+	rep, err := Run(context.Background(), Config{Manager: bin, Routes: 300, Kills: 3, MaxKillAfter: 4 * time.Second, OutageAtStart: 3 * time.Second,
 		Settle: 3 * time.Minute, Dir: dir, Seed: seed, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
