@@ -42,15 +42,19 @@ vet: ## Run go vet.
 envtest-assets: ## Build kube-apiserver and etcd into bin/k8s/<version> (first time ~6 minutes).
 	hack/build-envtest-assets.sh
 
+.PHONY: deps
+deps: ## Install missing system packages the tests need (redis-server), via apt-get.
+	@hack/ensure-deps.sh test
+
 .PHONY: test
-test: envtest-assets verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
+test: deps envtest-assets verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS_DIR) $(GO) test -count=1 ./...
 	$(MAKE) e2e
 
 ##@ Local run
 
 .PHONY: demo
-demo: ## Run the whole system locally and tell its story; stays up until Ctrl-C.
+demo: deps ## Run the whole system locally and tell its story; stays up until Ctrl-C.
 	hack/demo.sh
 
 .PHONY: demo-down
@@ -58,7 +62,7 @@ demo-down: ## Stop a running demo and everything it started.
 	hack/demo.sh down
 
 .PHONY: e2e
-e2e: ## The demo's flow without narration, checking every step.
+e2e: deps ## The demo's flow without narration, checking every step.
 	DEMO_QUIET=1 DEMO_NONINTERACTIVE=1 DEMO_DIR=$(CURDIR)/.demo-e2e hack/demo.sh
 
 ##@ Build

@@ -10,7 +10,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "${work}"; }
 trap cleanup EXIT
 
-for tool in nginx wrk; do command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install -y nginx wrk" >&2; exit 1; }; done
+"$(dirname "${BASH_SOURCE[0]}")/ensure-deps.sh" bench
 (cd "${root}" && go build -o "${work}/backend" ./hack/bench/backend && go build -o "${work}/proxy" ./hack/bench/proxy)
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
