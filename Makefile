@@ -75,6 +75,10 @@ build: ## Build the manager binary into bin/manager.
 run: ## Run the manager against the cluster of the current kubeconfig.
 	$(GO) run ./cmd
 
+.PHONY: dist
+dist: ## Write dist/install.yaml, the single-file install, for the image IMG.
+	hack/dist.sh $(IMG) dist/install.yaml
+
 .PHONY: docker-build
 docker-build: ## Build the container image.
 	$(CONTAINER_TOOL) build -t $(IMG) .

@@ -54,6 +54,35 @@ func TestKubectl(t *testing.T) {
 		}
 	}
 
+	// The single-file install (make dist) for an image, applied server-side as a dry
+	// run: every object must be accepted by the real API server. Its namespace is
+	// created for real, as a dry run would not create it for the objects inside.
+	install := filepath.Join(t.TempDir(), "install.yaml")
+	dist := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "dist.sh"), "registry.example.com/tenantroute/operator:v1.2.3", install)
+	dist.Env = append(os.Environ(), "PATH="+filepath.Dir(kubectlPath)+":"+os.Getenv("PATH"))
+	if b, err := dist.CombinedOutput(); err != nil {
+		t.Fatalf("hack/dist.sh: %v\n%s", err, b)
+	}
+	manifest, err := os.ReadFile(install)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(manifest), "image: registry.example.com/tenantroute/operator:v1.2.3") {
+		t.Errorf("dist/install.yaml does not run the given image")
+	}
+	kinds := regexp.MustCompile(`(?m)^kind: `).FindAllIndex(manifest, -1)
+	kubectl("create", "namespace", "tenantroute-system")
+	out = kubectl("apply", "--server-side", "--dry-run=server", "-f", install)
+	if applied := strings.Count(out, "serverside-applied (server dry run)"); applied != len(kinds) || len(kinds) < 15 {
+		t.Errorf("dry-run apply of dist/install.yaml: %d of %d objects applied:\n%s", applied, len(kinds), out)
+	}
+	for _, want := range []string{"deployment.apps/tenantroute-controller-manager", "validatingadmissionpolicy.admissionregistration.k8s.io/tenantroute-zone-namespaces",
+		"customresourcedefinition.apiextensions.k8s.io/tenantroutes.routing.tenantroute.io"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run apply of dist/install.yaml does not list %s:\n%s", want, out)
+		}
+	}
+
 	out = kubectl("apply", "-f", "config/samples")
 	for _, want := range []string{"tenantroute.routing.tenantroute.io/acme created", "tenantroute.routing.tenantroute.io/globex created",
 		"edgeprovider.routing.tenantroute.io/cloudflare created", "edgeprovider.routing.tenantroute.io/aws created",
