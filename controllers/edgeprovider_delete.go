@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
 // Reasons of an EdgeProvider being deleted.
@@ -52,13 +53,15 @@ func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.Edg
 		}
 		r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonRecordsDeleted, "DeleteRecords", "no record of this operator is left in its zones")
 	}
-	r.Accounts.Remove(ep.Name)
-	r.Monitor.Forget(ep.Name)
-	r.announced.Delete(ep.Name)
+	// The account goes only once the finalizer is: a failed update (a conflict with a
+	// status write) is retried, and the retry needs the account to check again.
 	controllerutil.RemoveFinalizer(ep, Finalizer)
 	if err := client.IgnoreNotFound(r.Update(ctx, ep)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
+	r.Accounts.Remove(ep.Name)
+	r.Monitor.Forget(ep.Name)
+	r.announced.Delete(ep.Name)
 	log.FromContext(ctx).Info("EdgeProvider released", "orphanPolicy", ep.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan)
 	return ctrl.Result{}, nil
 }
@@ -68,6 +71,16 @@ func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.Edg
 // there, or why it cannot delete them.
 func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeProvider) (left int, blocked string, err error) {
 	acct := r.Accounts.Get(ep.Name)
+	if acct == nil {
+		// Deleted while the operator was down, or since it restarted: build the account
+		// from its Secret first.
+		if creds, reason, err := r.credentials(ctx, ep); err == nil && reason == "" {
+			if _, err := r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.version)); err != nil {
+				log.FromContext(ctx).Error(err, "connecting to delete the EdgeProvider's records")
+			}
+			acct = r.Accounts.Get(ep.Name)
+		}
+	}
 	if acct == nil {
 		return 0, "its records cannot be deleted while its credentials or zones are not ready; " +
 			"the annotation " + v1.DeletionPolicyAnnotation + ": " + v1.DeletionPolicyOrphan + " leaves them in place", nil
@@ -84,14 +97,24 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 		if err != nil {
 			return 0, "", fmt.Errorf("listing zone %s: %w", q.Zone().Name, err)
 		}
+		// The owners with records in the zone, and those the queue knows, whose records
+		// may be on their way.
 		owners := map[string]bool{}
 		for _, rec := range records {
 			if strings.HasPrefix(rec.Owner, r.Instance+"/") {
 				owners[rec.Owner] = true
 			}
 		}
+		for _, owner := range q.Owners() {
+			owners[owner] = true
+		}
 		for owner := range owners {
-			if out := q.Desire(owner, nil); !out.Synced || out.Records > 0 {
+			out := q.Desire(owner, nil)
+			if out.Err != nil && providers.IsPermanent(out.Err) {
+				return 0, fmt.Sprintf("zone %s: %s; the annotation %s: %s leaves the records in place",
+					q.Zone().Name, errorSummary(out.Err), v1.DeletionPolicyAnnotation, v1.DeletionPolicyOrphan), nil
+			}
+			if !out.Synced || out.Records > 0 {
 				left++
 			}
 		}

@@ -118,33 +118,44 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		return nil, 0
 	}
 	var keys []client.ObjectKey
+	var unclaimed []*v1.TenantRoute
 	moved := 0
-	for i := range routes.Items {
-		route := &routes.Items[i]
-		keys = append(keys, client.ObjectKeyFromObject(route))
-		if !route.DeletionTimestamp.IsZero() {
-			continue
-		}
-		// Records only for routes that carry the finalizer: records declared for a route
-		// created moments ago and not reconciled yet would stay behind if it were deleted
-		// before its first reconcile (found by hack/bench-faults.sh). Adding it here
-		// rather than skipping the route keeps one burst of declarations, which the
-		// queues pack into full batches.
-		if !controllerutil.ContainsFinalizer(route, Finalizer) {
-			patch := client.MergeFromWithOptions(route.DeepCopy(), client.MergeFromWithOptimisticLock{})
-			controllerutil.AddFinalizer(route, Finalizer)
-			if err := f.Patch(ctx, route, patch); err != nil {
-				continue // changed or deleted meanwhile: its reconcile, enqueued below, decides
-			}
-		}
+	declare := func(route *v1.TenantRoute) {
 		plan, err := f.Routes.planRoute(ctx, route, true)
 		if err != nil {
-			continue // its reconcile reports it, and moves it
+			return // its reconcile reports it, and moves it
 		}
 		if plan.active != route.Status.ActiveEdge {
 			moved++
 		}
 		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, rw.add)
+	}
+	for i := range routes.Items {
+		route := &routes.Items[i]
+		keys = append(keys, client.ObjectKeyFromObject(route))
+		switch {
+		case !route.DeletionTimestamp.IsZero():
+		case !controllerutil.ContainsFinalizer(route, Finalizer):
+			unclaimed = append(unclaimed, route)
+		default:
+			declare(route)
+		}
+	}
+	// Records only for routes that carry the finalizer: records declared for a route
+	// created moments ago and not reconciled yet would stay behind if it were deleted
+	// before its first reconcile (found by hack/bench-faults.sh). Such routes get it
+	// here, after every established route was declared, so that a slow API server
+	// never delays a failover; rather than skipping them, which keeps one burst of
+	// declarations for the queues to pack into full batches.
+	patchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, route := range unclaimed {
+		patch := client.MergeFromWithOptions(route.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(route, Finalizer)
+		if err := f.Patch(patchCtx, route, patch); err != nil {
+			continue // changed, deleted or slow: its reconcile, enqueued by handle, decides
+		}
+		declare(route)
 	}
 	f.Accounts.expediteAll()
 	return keys, moved

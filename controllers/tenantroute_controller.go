@@ -62,6 +62,8 @@ type TenantRouteReconciler struct {
 
 	// retired are the owners whose deletion completed, with the UID of the deleted
 	// route: declareRecords refuses them (see retire).
+	startedAt time.Time // for the deletion timeout
+
 	retiredMu sync.RWMutex
 	retired   map[string]retiredOwner
 
@@ -318,6 +320,7 @@ func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) {
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.events = make(chan event.GenericEvent, 4096)
+	r.startedAt = time.Now()
 	indexer := mgr.GetFieldIndexer()
 	if err := routes.IndexGranted(context.Background(), indexer); err != nil {
 		return fmt.Errorf("indexing TenantRoutes by granted hostname: %w", err)

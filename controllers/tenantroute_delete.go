@@ -41,7 +41,10 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	abandoned := false
 	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
 		blocked, deleting := r.deleteRecords(ctx, route, owner)
-		waited := time.Since(route.DeletionTimestamp.Time)
+		// Counted from when this process started at the latest: after the operator was
+		// down, accounts need a moment to come back, and deletions that were waiting
+		// must not all be abandoned at once.
+		waited := min(time.Since(route.DeletionTimestamp.Time), time.Since(r.startedAt))
 		abandoned = (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout
 		if abandoned {
 			// A zone gone for good or credentials revoked must not hold the route, and
@@ -83,7 +86,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan && !abandoned {
 		// A declaration made from an older snapshot between the check above and the
 		// retirement shows now as pending: delete it too before letting go.
-		if _, deleting := r.deleteRecords(ctx, route, owner); deleting > 0 {
+		if blocked, deleting := r.deleteRecords(ctx, route, owner); len(blocked) > 0 || deleting > 0 {
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 	}

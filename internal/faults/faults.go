@@ -246,7 +246,9 @@ func (w *world) killedRun(ctx context.Context, phase string, work func(context.C
 		outage := time.Duration(w.rng.Int64N(int64(d)))
 		time.AfterFunc(outage, func() { w.setOutage(false) })
 	}
-	if err := w.start(false); err != nil {
+	// With the sweep off here too, a record a killed run orphaned stays to be counted
+	// rather than being swept by the next run.
+	if err := w.start(!w.cfg.Sweep); err != nil {
 		return err
 	}
 	after := 200*time.Millisecond + time.Duration(w.rng.Int64N(int64(w.cfg.MaxKillAfter-200*time.Millisecond)))

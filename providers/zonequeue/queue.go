@@ -174,6 +174,18 @@ func (q *Queue) Expedite() {
 	}
 }
 
+// Owners are the owners the queue knows: those that declared records since it
+// started, applied or not.
+func (q *Queue) Owners() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]string, 0, len(q.owners))
+	for key := range q.owners {
+		out = append(out, key)
+	}
+	return out
+}
+
 // Forget drops an owner whose records are gone.
 func (q *Queue) Forget(ownerKey string) {
 	q.mu.Lock()
