@@ -407,12 +407,19 @@ func TestNamespaceOutsideAZoneSelectorIsForbidden(t *testing.T) {
 		}
 	}
 	setLabel(o.ns, "allowed")
+	// The same rule written two ways: matchLabels on one edge, matchExpressions on the other.
+	selectors := map[string]*metav1.LabelSelector{
+		o.cfEdge: {MatchLabels: map[string]string{"zone-auth": "allowed"}},
+		o.awsEdge: {MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "zone-auth", Operator: metav1.LabelSelectorOpIn, Values: []string{"allowed", "trusted"}},
+			{Key: "quarantined", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+	}
 	for _, name := range []string{o.cfEdge, o.awsEdge} {
 		var ep v1.EdgeProvider
 		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &ep); err != nil {
 			t.Fatal(err)
 		}
-		ep.Spec.Zones[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone-auth": "allowed"}}
+		ep.Spec.Zones[0].NamespaceSelector = selectors[name]
 		if err := k8s.Update(ctx, &ep); err != nil {
 			t.Fatal(err)
 		}
@@ -432,6 +439,12 @@ func TestNamespaceOutsideAZoneSelectorIsForbidden(t *testing.T) {
 		}
 		return nil
 	})
+	viaAWS := intruder.DeepCopy()
+	viaAWS.Spec.Edges = []string{o.awsEdge}
+	wantAWS := "spec.hostnames: " + host + ": " + routes.ForbiddenMessage(outsider, zoneName, o.awsEdge)
+	if err := k8s.Create(ctx, viaAWS, client.DryRunAll); err == nil || !strings.Contains(err.Error(), wantAWS) {
+		t.Errorf("admission through the matchExpressions selector: %v", err)
+	}
 	// A hostname outside the restricted zone is admitted from the same namespace.
 	elsewhere := intruder.DeepCopy()
 	elsewhere.Spec.Hostnames = []string{"fb.other-zone.test"}

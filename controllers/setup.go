@@ -70,7 +70,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
-		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour),
+		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour), KeepOrphans: o.KeepOrphans,
 	}
 	if o.DNSResolver != "" {
 		tenantRoutes.Verifier = &DomainVerifier{Resolver: o.DNSResolver,

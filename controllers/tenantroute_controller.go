@@ -52,6 +52,8 @@ type TenantRouteReconciler struct {
 	Claims *routes.Claims
 	// DeletionTimeout: a deletion blocked this long completes anyway (reconcileDelete).
 	DeletionTimeout time.Duration
+	// KeepOrphans: the orphan sweep is off, so what an abandoned deletion leaves stays.
+	KeepOrphans bool
 	// Verifier checks custom domains' proof of control; without it none is routed.
 	Verifier *DomainVerifier
 	// rewrites observes failovers until their records are rewritten.

@@ -55,9 +55,13 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			if where == "" {
 				where = strings.Join(left, ", ") + " (still deleting)"
 			}
+			after := "the orphan sweep removes them once their zone can be reached"
+			if r.KeepOrphans {
+				after = "the orphan sweep is off (--sweep-orphans=false): delete them by hand"
+			}
 			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDeletionAbandoned, "DeleteRecords",
-				"deleted after waiting %s for the providers; records of %s may remain in %s; the orphan sweep removes them once their zone can be reached",
-				r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where)
+				"deleted after waiting %s for the providers; records of %s may remain in %s; %s",
+				r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where, after)
 			for _, edge := range left {
 				abandonedDeletions.WithLabelValues(edge).Inc()
 			}
