@@ -9,7 +9,6 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/providers"
-	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // HostnamePlaceholder in spec.edge.target is replaced by the tenant's hostname.
@@ -35,7 +34,7 @@ func ZoneFor(ep *v1.EdgeProvider, hostname string) (v1.Zone, bool) {
 	var best v1.Zone
 	found := false
 	for _, z := range ep.Spec.Zones {
-		if routes.InZone(hostname, z.Name) && len(z.Name) > len(best.Name) {
+		if (providers.Zone{Name: z.Name}).Contains(hostname) && len(z.Name) > len(best.Name) {
 			best, found = z, true
 		}
 	}

@@ -17,25 +17,21 @@ import (
 // routesMatching maps an object to the TenantRoutes whose index field names it.
 func (r *TenantRouteReconciler) routesMatching(field string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var routes v1.TenantRouteList
-		if err := r.List(ctx, &routes, client.MatchingFields{field: o.GetName()}); err != nil {
-			log.FromContext(ctx).Error(err, "listing TenantRoutes", "field", field, "value", o.GetName())
-			return nil
-		}
-		reqs := make([]reconcile.Request, len(routes.Items))
-		for i, tr := range routes.Items {
-			reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tr.Namespace, Name: tr.Name}}
-		}
-		return reqs
+		return r.routeRequests(ctx, client.MatchingFields{field: o.GetName()})
 	}
 }
 
 // routesInNamespace maps a Namespace whose labels changed to its TenantRoutes: a zone's
 // namespaceSelector may now select it, or no longer.
 func (r *TenantRouteReconciler) routesInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.routeRequests(ctx, client.InNamespace(o.GetName()))
+}
+
+// routeRequests lists TenantRoutes from the cache as reconcile requests.
+func (r *TenantRouteReconciler) routeRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	var routes v1.TenantRouteList
-	if err := r.List(ctx, &routes, client.InNamespace(o.GetName())); err != nil {
-		log.FromContext(ctx).Error(err, "listing TenantRoutes of a namespace", "namespace", o.GetName())
+	if err := r.List(ctx, &routes, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "listing TenantRoutes to reconcile", "selector", opts)
 		return nil
 	}
 	reqs := make([]reconcile.Request, len(routes.Items))

@@ -2,12 +2,12 @@ package routes
 
 import (
 	"fmt"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
 // Forbidden returns the hostnames of tr that its namespace may not claim, with why: a
@@ -41,7 +41,7 @@ func Forbidden(tr *v1.TenantRoute, edges map[string]*v1.EdgeProvider, nsLabels m
 				continue
 			}
 			for _, h := range tr.Spec.Hostnames {
-				if _, done := out[h]; !done && InZone(h, z.Name) {
+				if _, done := out[h]; !done && (providers.Zone{Name: z.Name}).Contains(h) {
 					if out == nil {
 						out = map[string]string{}
 					}
@@ -56,9 +56,4 @@ func Forbidden(tr *v1.TenantRoute, edges map[string]*v1.EdgeProvider, nsLabels m
 // ForbiddenMessage says that a namespace may not claim names in a zone.
 func ForbiddenMessage(namespace, zone, edge string) string {
 	return fmt.Sprintf("namespace %s may not claim names in zone %s of EdgeProvider %s", namespace, zone, edge)
-}
-
-// InZone reports whether a hostname is a zone's apex or inside it.
-func InZone(hostname, zone string) bool {
-	return hostname == zone || strings.HasSuffix(hostname, "."+zone)
 }
