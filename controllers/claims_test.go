@@ -116,11 +116,9 @@ func TestOlderRouteCannotTakeAGrantedHostname(t *testing.T) {
 	eventually(t, 20*time.Second, func() error {
 		return expectCondition(o.get("new").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
 	})
-	old := o.get("old")
-	old.Spec.Hostnames = append(old.Spec.Hostnames, "held.auth.example.com")
-	if err := k8s.Update(context.Background(), old); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, o.get("old"), func(old *v1.TenantRoute) {
+		old.Spec.Hostnames = append(old.Spec.Hostnames, "held.auth.example.com")
+	})
 	eventually(t, 20*time.Second, func() error {
 		old := o.get("old")
 		if old.Status.ObservedGeneration != old.Generation {

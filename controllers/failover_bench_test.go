@@ -32,16 +32,11 @@ func benchmarkFailover(b *testing.B, n int) {
 	o := newOperator(b, fmt.Sprintf("bench%d", n))
 	// The defaults of the API: 2 s interval, 1 s timeout, 3 failures, 2 successes.
 	for _, name := range []string{o.cfEdge, o.awsEdge} {
-		ep := &v1.EdgeProvider{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, ep); err != nil {
-			b.Fatal(err)
-		}
-		ep.Spec.HealthCheck = v1.HealthCheck{URL: ep.Spec.HealthCheck.URL, Interval: metav1.Duration{Duration: 2 * time.Second},
-			Timeout: metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 2,
-			FailbackHoldDown: metav1.Duration{Duration: 30 * time.Second}}
-		if err := k8s.Update(context.Background(), ep); err != nil {
-			b.Fatal(err)
-		}
+		edit(b, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(ep *v1.EdgeProvider) {
+			ep.Spec.HealthCheck = v1.HealthCheck{URL: ep.Spec.HealthCheck.URL, Interval: metav1.Duration{Duration: 2 * time.Second},
+				Timeout: metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 2,
+				FailbackHoldDown: metav1.Duration{Duration: 30 * time.Second}}
+		})
 	}
 	o.createRoutes(n)
 	start := time.Now()

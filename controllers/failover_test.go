@@ -157,14 +157,9 @@ func TestFlappingEdgeCausesNoRewrites(t *testing.T) {
 	before := writes()
 
 	// The health endpoint now answers up and down in turn: never 3 failures in a row.
-	ep := &v1.EdgeProvider{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
-		t.Fatal(err)
-	}
-	ep.Spec.HealthCheck.URL = strings.Replace(o.cfProbe, "/healthz", "/flapping", 1)
-	if err := k8s.Update(context.Background(), ep); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}, func(ep *v1.EdgeProvider) {
+		ep.Spec.HealthCheck.URL = strings.Replace(o.cfProbe, "/healthz", "/flapping", 1)
+	})
 	time.Sleep(10 * time.Second) // about ten probes
 	if w := writes(); w != before {
 		t.Errorf("a flapping edge caused %d record writes", w-before)

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -258,6 +259,23 @@ func (o *operator) get(name string) *v1.TenantRoute {
 		o.t.Fatalf("getting TenantRoute %s: %v", name, err)
 	}
 	return tr
+}
+
+// edit re-reads obj, applies change and updates it, retrying on conflicts: the
+// running manager writes status to the same objects, and every status write
+// moves the resourceVersion a test read a moment before.
+func edit[T client.Object](t testing.TB, obj T, change func(T)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return k8s.Update(context.Background(), obj)
+	})
+	if err != nil {
+		t.Fatalf("updating %s: %v", client.ObjectKeyFromObject(obj), err)
+	}
 }
 
 // eventually retries check until it returns nil or the timeout passes.

@@ -73,10 +73,7 @@ func TestRecordsFollowTheTenantRoute(t *testing.T) {
 	}
 
 	// Edit the hostnames: the old record goes, the new one comes.
-	tr.Spec.Hostnames = []string{"beta.auth.example.com"}
-	if err := k8s.Update(ctx, tr); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, tr, func(tr *v1.TenantRoute) { tr.Spec.Hostnames = []string{"beta.auth.example.com"} })
 	eventually(t, 20*time.Second, func() error {
 		cf, r53 := o.cfRecords(), o.r53Records()
 		if _, old := cf["acme.auth.example.com"]; old || !slices.Equal(cf["beta.auth.example.com"], []string{cfActive("beta.auth.example.com")}) {
@@ -426,14 +423,10 @@ func TestDeletingAnEdgeProviderDeletesItsRecords(t *testing.T) {
 		return nil
 	})
 
-	aws := &v1.EdgeProvider{}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: o.awsEdge}, aws); err != nil {
-		t.Fatal(err)
-	}
-	aws.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
-	if err := k8s.Update(ctx, aws); err != nil {
-		t.Fatal(err)
-	}
+	aws := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}
+	edit(t, aws, func(aws *v1.EdgeProvider) {
+		aws.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
+	})
 	if err := k8s.Delete(ctx, aws); err != nil {
 		t.Fatal(err)
 	}
