@@ -17,9 +17,10 @@ generate: ## Generate deepcopy methods for the API types.
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs (config/crd/bases) and the manager's ClusterRole (config/rbac/role.yaml).
+manifests: ## Generate CRDs (config/crd/bases) and the manager's ClusterRole (config/rbac/role.yaml); copy what the chart shares.
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(GO) tool controller-gen rbac:roleName=manager-role paths=./... output:rbac:dir=config/rbac
+	hack/sync-chart.sh
 
 .PHONY: verify-generated
 verify-generated: ## Fail if generated files differ from what the sources produce.

@@ -66,14 +66,16 @@ type Accounts struct {
 	mu     sync.RWMutex
 	byEdge map[string]*Account
 	// records counts owned record sets per edge, zone and owner, and totals per edge, for
-	// the gauge.
+	// the gauge; failing holds the owners per edge whose last outcome did not apply.
 	records map[string]map[string]int
 	totals  map[string]int
+	failing map[string]map[string]bool
 }
 
 // NewAccounts returns an empty registry; the queues of its accounts run until ctx is done.
 func NewAccounts(ctx context.Context) *Accounts {
-	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}, totals: map[string]int{}}
+	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}, totals: map[string]int{},
+		failing: map[string]map[string]bool{}}
 }
 
 // Get returns the account of an EdgeProvider, or nil when it is not ready.
@@ -96,6 +98,9 @@ func (a *Accounts) Set(acct *Account) {
 	a.mu.Lock()
 	old := a.byEdge[acct.Edge]
 	a.byEdge[acct.Edge] = acct
+	recordsManaged.WithLabelValues(acct.Edge).Set(float64(a.totals[acct.Edge]))
+	recordsFailing.WithLabelValues(acct.Edge).Set(float64(len(a.failing[acct.Edge])))
+	abandonedDeletions.WithLabelValues(acct.Edge)
 	a.mu.Unlock()
 	if old != nil {
 		old.cancel()
@@ -112,16 +117,18 @@ func (a *Accounts) Remove(edge string) {
 	delete(a.byEdge, edge)
 	delete(a.records, edge)
 	delete(a.totals, edge)
+	delete(a.failing, edge)
 	a.mu.Unlock()
 	if old != nil {
 		old.cancel()
 	}
 	recordsManaged.DeleteLabelValues(edge)
+	recordsFailing.DeleteLabelValues(edge)
 }
 
-// countRecords records how many record sets owner has in a zone of edge and updates
-// the gauge.
-func (a *Accounts) countRecords(edge, zone, owner string, n int) {
+// countOutcome records how many record sets owner has in a zone of edge, and
+// whether its last apply there failed, and updates the gauges.
+func (a *Accounts) countOutcome(edge, zone, owner string, n int, failed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	counts, ok := a.records[edge]
@@ -137,6 +144,17 @@ func (a *Accounts) countRecords(edge, zone, owner string, n int) {
 		counts[key] = n
 	}
 	recordsManaged.WithLabelValues(edge).Set(float64(a.totals[edge]))
+	failing, ok := a.failing[edge]
+	if !ok {
+		failing = map[string]bool{}
+		a.failing[edge] = failing
+	}
+	if failed {
+		failing[key] = true
+	} else {
+		delete(failing, key)
+	}
+	recordsFailing.WithLabelValues(edge).Set(float64(len(failing)))
 }
 
 // expediteAll has every queue flush what is pending now.

@@ -168,6 +168,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		case err == nil:
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
+			opts.Flushed = observeFlush(ep.Name)
 			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
 			}))
@@ -284,19 +285,25 @@ type credentials struct {
 	version                         string // Secret resourceVersion ("" without a Secret)
 }
 
-// credentials reads the EdgeProvider's Secret. The values never leave this struct:
-// conditions and events name the Secret and key, not their content.
+// credentials reads the EdgeProvider's Secret.
 func (r *EdgeProviderReconciler) credentials(ctx context.Context, ep *v1.EdgeProvider) (credentials, string, error) {
+	return readCredentials(ctx, r.Client, r.Namespace, ep)
+}
+
+// readCredentials reads an EdgeProvider's Secret from namespace. The values never
+// leave the struct: conditions and events name the Secret and key, not their content.
+// The reason is set when the Secret itself is wrong (missing, or a key missing).
+func readCredentials(ctx context.Context, c client.Reader, namespace string, ep *v1.EdgeProvider) (credentials, string, error) {
 	name, keys := secretRef(ep)
 	if name == "" {
 		return credentials{}, "", nil // Route53 default credential chain
 	}
 	secret := &corev1.Secret{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, secret); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return credentials{}, ReasonSecretNotFound, fmt.Errorf("secret %s/%s not found", r.Namespace, name)
+			return credentials{}, ReasonSecretNotFound, fmt.Errorf("secret %s/%s not found", namespace, name)
 		}
-		return credentials{}, "", fmt.Errorf("reading secret %s/%s: %w", r.Namespace, name, err)
+		return credentials{}, "", fmt.Errorf("reading secret %s/%s: %w", namespace, name, err)
 	}
 	var missing []string
 	value := func(key string, required bool) string {
@@ -306,16 +313,16 @@ func (r *EdgeProviderReconciler) credentials(ctx context.Context, ep *v1.EdgePro
 		}
 		return v
 	}
-	c := credentials{version: secret.ResourceVersion}
+	creds := credentials{version: secret.ResourceVersion}
 	if ep.Spec.Cloudflare != nil {
-		c.token = value(keys[0], true)
+		creds.token = value(keys[0], true)
 	} else {
-		c.accessKeyID, c.secretKey, c.session = value(keys[0], true), value(keys[1], true), value(keys[2], false)
+		creds.accessKeyID, creds.secretKey, creds.session = value(keys[0], true), value(keys[1], true), value(keys[2], false)
 	}
 	if len(missing) > 0 {
-		return credentials{}, ReasonSecretKeyMissing, fmt.Errorf("secret %s/%s has no key %s", r.Namespace, name, strings.Join(missing, ", "))
+		return credentials{}, ReasonSecretKeyMissing, fmt.Errorf("secret %s/%s has no key %s", namespace, name, strings.Join(missing, ", "))
 	}
-	return c, "", nil
+	return creds, "", nil
 }
 
 // Keys of a Route53 credentials Secret.
@@ -341,9 +348,23 @@ func secretRef(ep *v1.EdgeProvider) (string, []string) {
 }
 
 func (r *EdgeProviderReconciler) newProvider(ctx context.Context, ep *v1.EdgeProvider, c credentials) (providers.Provider, error) {
+	return newProvider(ctx, ep, c, observeProvider(ep.Name))
+}
+
+// Connect builds the provider client of an EdgeProvider from its Secret in namespace,
+// as the operator does, for tools that read the providers (kubectl tenantroute).
+func Connect(ctx context.Context, c client.Reader, namespace string, ep *v1.EdgeProvider) (providers.Provider, error) {
+	creds, _, err := readCredentials(ctx, c, namespace, ep)
+	if err != nil {
+		return nil, err
+	}
+	return newProvider(ctx, ep, creds, nil)
+}
+
+func newProvider(ctx context.Context, ep *v1.EdgeProvider, c credentials, observe func(operation, code string)) (providers.Provider, error) {
 	if cfg := ep.Spec.Cloudflare; cfg != nil {
 		o := cloudflare.Options{Name: ep.Name, APIToken: c.token, BaseURL: cfg.BaseURL, BatchSize: int(cfg.BatchSize),
-			Observe: observeProvider(ep.Name)}
+			Observe: observe}
 		if cfg.RateLimit != nil {
 			o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
 		}
@@ -351,7 +372,7 @@ func (r *EdgeProviderReconciler) newProvider(ctx context.Context, ep *v1.EdgePro
 	}
 	cfg := ep.Spec.Route53
 	o := route53.Options{Name: ep.Name, Region: cfg.Region, Endpoint: cfg.Endpoint, AccessKeyID: c.accessKeyID,
-		SecretAccessKey: c.secretKey, SessionToken: c.session, Observe: observeProvider(ep.Name)}
+		SecretAccessKey: c.secretKey, SessionToken: c.session, Observe: observe}
 	if cfg.RateLimit != nil {
 		o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
 	}

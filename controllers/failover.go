@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -362,7 +363,11 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinnedMissing),
 			fmt.Sprintf("failover.pinnedEdge %s does not exist: traffic stays on %s", route.Spec.Failover.PinnedEdge, plan.active))
 	case plan.reason == ReasonPinned:
-		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinned), "failover.mode is Manual: traffic stays on "+plan.active)
+		message := "failover.mode is Manual: traffic stays on " + plan.active
+		if reason := route.Spec.Failover.Reason; reason != "" {
+			message += " (" + reason + ")"
+		}
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinned), message)
 	case plan.active != preferred:
 		set(v1.ConditionFailedOver, metav1.ConditionTrue, ReasonEdgeFailedOver,
 			fmt.Sprintf("traffic is on %s because %s", plan.active, why(preferred)))
@@ -370,6 +375,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPreferred), "traffic is on the preferred edge "+preferred)
 	}
 
+	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, plan.reason == ReasonFailStatic)
 	oldHealthy := previousCondition(route.Status.Conditions, v1.ConditionEdgeHealthy)
 	switch h := r.health(plan.edges[plan.active]); {
 	case plan.reason == ReasonFailStatic:

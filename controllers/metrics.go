@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -56,15 +59,71 @@ var (
 		Help:    "Time from an edge health change to every record it changed being applied, by edge.",
 		Buckets: prometheus.ExponentialBuckets(0.1, 2, 10),
 	}, []string{"edge"})
+	recordsFailing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantroute_records_failing",
+		Help: "TenantRoutes whose records the EdgeProvider's last attempt did not apply (provider error, or a change the provider rejected), by EdgeProvider.",
+	}, []string{"provider"})
+	flushSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantroute_zone_flush_duration_seconds",
+		Help:    "Time a provider took to apply one flush of a zone's apply queue (all its batch requests), by EdgeProvider and result (ok, error).",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+	}, []string{"provider", "result"})
+	flushChanges = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantroute_zone_flush_changes",
+		Help:    "Record changes sent by one flush of a zone's apply queue, by EdgeProvider.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+	}, []string{"provider"})
+	failStaticRoutes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenantroute_routes_fail_static",
+		Help: "TenantRoutes none of whose edges is healthy: their records stay on the last active edge (fail static).",
+	})
 	reconcileOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantroute_reconcile_outcomes_total",
-		Help: "TenantRoute reconciles by outcome: ready, pending, conflict, provider_error, deleted, error.",
+		Help: "TenantRoute reconciles by outcome: ready, pending, conflict, provider_error, deleting, deleted.",
 	}, []string{"outcome"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
-		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted, abandonedDeletions)
+		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted, abandonedDeletions,
+		recordsFailing, flushSeconds, flushChanges, failStaticRoutes)
+	// Counters of known label values start at zero, so that a dashboard or an alert
+	// sees rate() = 0 rather than no series before the first event.
+	for _, outcome := range []string{"ready", "pending", "conflict", "provider_error", "deleting", "deleted"} {
+		reconcileOutcomes.WithLabelValues(outcome)
+	}
+}
+
+// routeSet is the set of routes in fail static, kept for its gauge.
+type routeSet struct {
+	mu      sync.Mutex
+	members map[types.NamespacedName]struct{}
+}
+
+func (s *routeSet) set(key types.NamespacedName, in bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members == nil {
+		s.members = map[types.NamespacedName]struct{}{}
+	}
+	if in {
+		s.members[key] = struct{}{}
+	} else {
+		delete(s.members, key)
+	}
+	failStaticRoutes.Set(float64(len(s.members)))
+}
+
+// observeFlush returns the hook that times one EdgeProvider's queue flushes.
+func observeFlush(edge string) func(changes int, took time.Duration, err error) {
+	return func(changes int, took time.Duration, err error) {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		flushSeconds.WithLabelValues(edge, result).Observe(took.Seconds())
+		flushChanges.WithLabelValues(edge).Observe(float64(changes))
+	}
 }
 
 // observeProvider returns the hook that counts one EdgeProvider's API requests.

@@ -111,6 +111,8 @@ type KVSync struct {
 // Start implements manager.Runnable.
 func (s *KVSync) Start(ctx context.Context) error {
 	log := ctrl.Log.WithName("kvsync")
+	kvSyncs.WithLabelValues("ok")
+	kvSyncs.WithLabelValues("error")
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
 	for {

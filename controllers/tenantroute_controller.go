@@ -60,7 +60,9 @@ type TenantRouteReconciler struct {
 	rewrites *rewriteTracker
 
 	owners sync.Map // owner key -> types.NamespacedName
-	events chan event.GenericEvent
+	// failStatic counts the routes whose every edge is unhealthy, for the gauge.
+	failStatic routeSet
+	events     chan event.GenericEvent
 
 	// retired are the owners whose deletion completed, with the UID of the deleted
 	// route: declareRecords refuses them (see retire).
@@ -279,7 +281,7 @@ func (r *TenantRouteReconciler) checkRegion(ctx context.Context, route *v1.Tenan
 // notify is called by the apply queues when an owner's outcome in a zone changes: it
 // counts records, reports applied changes as an event and reconciles the route.
 func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue.Outcome) {
-	r.Accounts.countRecords(edgeName, zone, owner, o.Records)
+	r.Accounts.countOutcome(edgeName, zone, owner, o.Records, o.Err != nil || len(o.Failed) > 0)
 	if r.rewrites != nil {
 		r.rewrites.outcome(edgeName, zone, owner, o)
 	}

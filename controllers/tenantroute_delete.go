@@ -98,7 +98,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		if acct := r.Accounts.Get(edge); acct != nil {
 			for zone, q := range acct.Queues() {
 				q.Forget(owner)
-				r.Accounts.countRecords(edge, zone, owner, 0)
+				r.Accounts.countOutcome(edge, zone, owner, 0, false)
 			}
 		}
 	}
@@ -107,6 +107,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)
+	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, false)
 	// Its records are gone: its hostnames and tenantID are free for the next claimant.
 	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
 	r.enqueueClaimants(ctx, key, r.Claims.Release(key))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fails when the committed generated files (deepcopy, CRDs, RBAC role) differ from
-# what controller-gen produces from the current sources: run `make generate manifests`.
+# Fails when the committed generated files (deepcopy, CRDs, RBAC role, the chart's
+# copies) differ from what controller-gen and hack/sync-chart.sh produce from the
+# current sources: run `make generate manifests`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
@@ -23,6 +24,11 @@ check api/v1alpha1/zz_generated.deepcopy.go "${tmp}/object/zz_generated.deepcopy
 for f in "${tmp}"/crd/*.yaml; do check "config/crd/bases/$(basename "$f")" "$f"; done
 for f in config/crd/bases/*.yaml; do [[ -e "${tmp}/crd/$(basename "$f")" ]] || { echo "generated file without a source: $f" >&2; stale=1; }; done
 check config/rbac/role.yaml "${tmp}/rbac/role.yaml"
+# The chart's copies of the CRDs, the admission policy, the alerts and the dashboard.
+chart=charts/tenantroute-operator
+hack/sync-chart.sh "${tmp}/chart"
+for f in "${tmp}"/chart/crds/* "${tmp}"/chart/files/*; do check "${chart}/${f#"${tmp}/chart/"}" "$f"; done
+for f in "${chart}"/crds/*; do [[ -e "${tmp}/chart/crds/$(basename "$f")" ]] || { echo "chart CRD without a source: $f" >&2; stale=1; }; done
 if (( stale )); then
   echo "generated files are stale: run 'make generate manifests' and commit the result" >&2
   exit 1

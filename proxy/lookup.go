@@ -134,6 +134,7 @@ func NewChain(opts ChainOptions, layers ...Layer) *Chain {
 	opts.defaults()
 	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries), negative: newNegativeCache(opts.MaxNegativeEntries)}
 	for _, l := range layers {
+		declareLayer(l.Name())
 		c.layers = append(c.layers, &guarded{Layer: l, breaker: gobreaker.NewCircuitBreaker[Route](gobreaker.Settings{
 			Name:        l.Name(),
 			MaxRequests: 1,

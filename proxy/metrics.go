@@ -44,6 +44,21 @@ func init() {
 		}
 		memoryLookups[o] = lookups.WithLabelValues("memory", result)
 	}
+	// Counters of known label values start at zero, so that a dashboard or an alert
+	// sees rate() = 0 rather than no series before the first event.
+	for _, reason := range []string{"forged", "expired", "malformed"} {
+		kvRejected.WithLabelValues(reason)
+	}
+	for _, code := range []string{"503", "429"} {
+		rejectedConns.WithLabelValues(code)
+	}
+}
+
+// declareLayer starts a lookup layer's counters at zero.
+func declareLayer(layer string) {
+	for _, result := range []string{"hit", "miss", "error", "breaker_open"} {
+		lookups.WithLabelValues(layer, result)
+	}
 }
 
 // Register adds the proxy's metrics to a registry.

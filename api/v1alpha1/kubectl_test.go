@@ -107,7 +107,7 @@ func TestKubectl(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^NAME\s+BACKENDS\s+AGE$`).MatchString(out) {
 		t.Errorf("kubectl get regions header:\n%s", out)
 	}
-	for _, dir := range []string{"config/default", "config/samples", "config/prometheus", "config/proxy"} {
+	for _, dir := range []string{"config/default", "config/samples", "config/prometheus", "config/proxy", "config/grafana"} {
 		if out := kubectl("kustomize", dir); !strings.Contains(out, "kind:") {
 			t.Errorf("kubectl kustomize %s rendered nothing:\n%s", dir, out)
 		}

@@ -91,6 +91,12 @@ type FailoverPolicy struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PinnedEdge string `json:"pinnedEdge,omitempty"`
+
+	// reason says why the route is pinned (kubectl tenantroute pin --reason), for the
+	// next person on call; it is repeated in the FailedOver condition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
 }
 
 // RecordState summarises a TenantRoute's records in one provider.

@@ -77,6 +77,9 @@ type Options struct {
 	Orphaned func(owner string) bool
 	// Swept, if set, is told how many records of an orphan were deleted.
 	Swept func(owner string, records int)
+	// Flushed, if set, is told of every flush that sent changes: how many, how long
+	// the provider took to apply them, and its error.
+	Flushed func(changes int, took time.Duration, err error)
 }
 
 func (o *Options) defaults() {
@@ -415,7 +418,11 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		changes = append(changes, perOwner[key]...)
 	}
 
+	started := time.Now()
 	res, applyErr := q.provider.ApplyChanges(ctx, q.zone, changes)
+	if q.opts.Flushed != nil && len(changes) > 0 {
+		q.opts.Flushed(len(changes), time.Since(started), applyErr)
+	}
 	q.opts.Log.V(1).Info("flushed", "zone", q.zone.Name, "owners", len(keys), "changes", len(changes),
 		"applied", len(res.Applied), "failed", len(res.Failed), "fullBatchesOnly", fullBatchesOnly, "error", applyErr)
 	done := map[string]int{}

@@ -1,0 +1,113 @@
+{{/* The prefix of every object's name: the release name, with the chart's name
+unless the release name already holds it. */}}
+{{- define "tenantroute.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tenantroute.labels" -}}
+app.kubernetes.io/name: tenantroute-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Pods of this release; the NetworkPolicies admit them to the lookup endpoint and
+Redis. */}}
+{{- define "tenantroute.selector" -}}
+app.kubernetes.io/name: tenantroute-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tenantroute.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "tenantroute.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (printf "%s-controller-manager" (include "tenantroute.fullname" .)) -}}
+{{- end -}}
+
+{{- define "tenantroute.sharedSecretName" -}}
+{{- .Values.sharedSecret.existingSecret | default (printf "%s-shared" (include "tenantroute.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Redis address, or nothing without Redis. */}}
+{{- define "tenantroute.redisAddr" -}}
+{{- if .Values.redis.deploy -}}
+{{ include "tenantroute.fullname" . }}-redis.{{ .Release.Namespace }}.svc:6379
+{{- else -}}
+{{ .Values.redis.addr }}
+{{- end -}}
+{{- end -}}
+
+{{/* The flags and volume mounts for Redis, shared by the manager and the proxies. */}}
+{{- define "tenantroute.redisArgs" -}}
+{{- $addr := include "tenantroute.redisAddr" . -}}
+{{- if $addr }}
+- --redis-addr={{ $addr }}
+- --redis-hmac-key-file=/etc/tenantroute/shared/redis-hmac-key
+{{- if .Values.redis.deploy }}
+- --redis-password-file=/etc/tenantroute/redis/password
+{{- else }}
+{{- with .Values.redis.username }}
+- --redis-username={{ . }}
+{{- end }}
+{{- if .Values.redis.passwordSecret.name }}
+- --redis-password-file=/etc/tenantroute/redis/password
+{{- end }}
+{{- if .Values.redis.tls.enabled }}
+- --redis-tls
+{{- if .Values.redis.tls.caSecret.name }}
+- --redis-ca-file=/etc/tenantroute/redis-ca/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "tenantroute.redisMounts" -}}
+{{- if or .Values.redis.deploy (and .Values.redis.addr .Values.redis.passwordSecret.name) }}
+- {name: redis-password, mountPath: /etc/tenantroute/redis, readOnly: true}
+{{- end }}
+{{- if and (not .Values.redis.deploy) .Values.redis.addr .Values.redis.tls.enabled .Values.redis.tls.caSecret.name }}
+- {name: redis-ca, mountPath: /etc/tenantroute/redis-ca, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "tenantroute.redisVolumes" -}}
+{{- if .Values.redis.deploy }}
+- name: redis-password
+  secret:
+    secretName: {{ include "tenantroute.fullname" . }}-redis
+    items: [{key: password, path: password}]
+{{- else if and .Values.redis.addr .Values.redis.passwordSecret.name }}
+- name: redis-password
+  secret:
+    secretName: {{ .Values.redis.passwordSecret.name }}
+    items: [{key: {{ .Values.redis.passwordSecret.key }}, path: password}]
+{{- end }}
+{{- if and (not .Values.redis.deploy) .Values.redis.addr .Values.redis.tls.enabled .Values.redis.tls.caSecret.name }}
+- name: redis-ca
+  secret:
+    secretName: {{ .Values.redis.tls.caSecret.name }}
+    items: [{key: {{ .Values.redis.tls.caSecret.key }}, path: ca.crt}]
+{{- end }}
+{{- end -}}
+
+{{/* A random value generated once: kept from the live object on upgrades. */}}
+{{- define "tenantroute.keep" -}}
+{{- $secret := lookup "v1" "Secret" .namespace .name -}}
+{{- if and $secret (index ($secret.data | default dict) .key) -}}
+{{ index $secret.data .key | b64dec }}
+{{- else -}}
+{{ randAlphaNum 64 }}
+{{- end -}}
+{{- end -}}
