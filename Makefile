@@ -72,6 +72,10 @@ e2e: deps ## The demo's flow without narration, checking every step.
 build: ## Build the manager binary into bin/manager.
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manager ./cmd
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/kubectl-tenantroute (kubectl tenantroute ...).
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kubectl-tenantroute ./cmd/kubectl-tenantroute
+
 .PHONY: run
 run: ## Run the manager against the cluster of the current kubeconfig.
 	$(GO) run ./cmd

@@ -3,8 +3,10 @@
 # and etcd built from Go modules, the Cloudflare and Route53 API emulators, two edges'
 # health endpoints, two regions' backends, Redis when installed, and the operator with
 # its embedded proxy. It then tells the story with real commands and their output:
-# records in both providers, requests routed to the tenant's region, a failover and a
-# failback, a Redis outage survived.
+# records in both providers, requests routed to the tenant's region by the embedded
+# and a standalone proxy, a failover and a failback, a Redis outage survived, a
+# provider API outage caught up, a tenant pinned with kubectl tenantroute, and every
+# metric the dashboard and the alerts use checked against the running processes.
 #
 #   DEMO_NONINTERACTIVE=1  run the story and exit instead of staying up for exploration
 #   DEMO_QUIET=1           no narration, only the checks (make e2e)
@@ -103,8 +105,12 @@ hack/build-envtest-assets.sh > "${dir}/build.log" 2>&1 || { cat "${dir}/build.lo
 go build -o bin/manager ./cmd
 go build -o bin/provider-emulators ./cmd/provider-emulators
 go build -o bin/demo ./hack/demo
+go build -o bin/kubectl-tenantroute ./cmd/kubectl-tenantroute
+# kubectl finds its plugins on the PATH: kubectl tenantroute runs bin/kubectl-tenantroute.
+export PATH="${root}/bin:${PATH}"
 
-read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes p_dns p_dns_admin < <(bin/demo freeports 13 | tr '\n' ' '; echo)
+read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes p_dns p_dns_admin \
+  p_fleet p_fleet_metrics p_fleet_probes < <(bin/demo freeports 16 | tr '\n' ' '; echo)
 proxy="http://127.0.0.1:${p_proxy}"
 
 # --- control plane ---------------------------------------------------------------------
@@ -246,6 +252,8 @@ note "Route53 (name, type, TTL, values; ownership in the _tenantroute-* registry
 show curl -s "http://127.0.0.1:${p_r53}/__admin/records"
 note "login.acme.com is a custom domain: no record, and no traffic until its owner proves control"
 show kubectl -n tenants get tenantroute acme -o jsonpath='{.status.customDomains}{"\n"}'
+note "kubectl tenantroute (bin/kubectl-tenantroute) shows the same from the providers' side:"
+show kubectl tenantroute status acme -n tenants
 unrouted() { [[ "$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $1" "${proxy}/")" == 404 ]]; }
 check "login.acme.com is not routed before its proof" 10 unrouted login.acme.com
 note "the tenant creates, in its own DNS, the TXT and the CNAME the status tells"
@@ -265,6 +273,15 @@ check "globex.auth.example.com is served by us-east" 30 routed globex.auth.examp
 show curl -s -H "Host: acme.auth.example.com" "${proxy}/login"
 show curl -s -H "Host: globex.auth.example.com" "${proxy}/"
 show curl -s -o /dev/null -w '%{http_code} for an unknown host\n' -H "Host: nobody.example.com" "${proxy}/"
+fleet="http://127.0.0.1:${p_fleet}"
+note "a standalone proxy, as the proxy fleet runs (--mode=proxy): routes from memory, then Redis, then the operator's lookup endpoint"
+start fleet-proxy bin/manager --mode=proxy --proxy-bind-address "127.0.0.1:${p_fleet}" \
+  --lookup-url "http://127.0.0.1:${p_lookup}" --lookup-token-file "${dir}/lookup-token" \
+  --metrics-bind-address "127.0.0.1:${p_fleet_metrics}" --health-probe-bind-address "127.0.0.1:${p_fleet_probes}" \
+  --route-cache-ttl 2s "${redis_args[@]}"
+check "the standalone proxy serves acme.auth.example.com from eu-west" 30 bash -c \
+  "curl -sf -H 'Host: acme.auth.example.com' ${fleet}/ | grep -q '\"region\":\"eu-west\"'"
+show curl -s -H "Host: globex.auth.example.com" "${fleet}/"
 
 # --- failover --------------------------------------------------------------------------
 say "6. The Cloudflare edge fails: traffic moves to the AWS edge"
@@ -287,6 +304,9 @@ check "in Route53 too" 30 r53_points acme.auth.example.com acme.auth.example.com
 check "acme reports the Cloudflare edge active" 30 active acme cloudflare
 check "each TenantRoute got one FailedBack event" 10 bash -c "kubectl get events -n tenants --field-selector reason=FailedBack -o name | wc -l | grep -qx 2"
 show kubectl get events -n tenants --field-selector reason=FailedBack
+note "nothing left to change: the providers hold what the operator wants"
+check "kubectl tenantroute plan -A finds no changes" 30 bash -c "kubectl tenantroute plan -A --exit-code"
+show kubectl tenantroute plan -A
 
 # --- cache outage ------------------------------------------------------------------------
 say "8. Redis, the proxy's shared cache, dies: requests are still answered"
@@ -312,12 +332,67 @@ else
   note "skipped: redis-server is not installed"
 fi
 
+# --- provider API outage ------------------------------------------------------------------
+say "9. The Cloudflare API fails: a new tenant gets Route53 now and Cloudflare when it returns"
+show curl -s -X PUT "http://127.0.0.1:${p_cf}/__admin/faults" -d '{"outage": true}'
+cat > "${dir}/initech.yaml" <<YAML
+apiVersion: routing.tenantroute.io/v1alpha1
+kind: TenantRoute
+metadata: {name: initech, namespace: tenants}
+spec:
+  tenantID: initech
+  region: us-east
+  hostnames: [initech.auth.example.com]
+  edges: [cloudflare, aws]
+YAML
+show kubectl apply -f "${dir}/initech.yaml"
+check "Route53 has initech.auth.example.com" 30 r53_points initech.auth.example.com initech.auth.example.com.cdn.cloudflare.net
+not_ready() { [[ "$(kubectl -n tenants get tenantroute initech -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == False ]]; }
+check "initech is not Ready while Cloudflare refuses" 30 not_ready
+show kubectl -n tenants get tenantroute initech -o jsonpath='{.status.providers}{"\n"}'
+show curl -s -X PUT "http://127.0.0.1:${p_cf}/__admin/faults" -d '{}'
+check "Cloudflare gets initech.auth.example.com once it answers again" 90 cf_points initech.auth.example.com initech.auth.example.com.cdn.cloudflare.net
+check "initech is Ready" 60 ready initech
+
+# --- maintenance ---------------------------------------------------------------------------
+say "10. Someone edits a record by hand; a tenant is pinned to the AWS edge for maintenance"
+zone_id=$(kubectl get edgeprovider cloudflare -o jsonpath='{.status.zones[0].id}')
+cf_api="http://127.0.0.1:${p_cf}/client/v4/zones/${zone_id}/dns_records"
+record_id=$(curl -s -H "Authorization: Bearer emulator-token" "${cf_api}?name=acme.auth.example.com&type=CNAME" |
+  grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4)
+note "acme.auth.example.com is changed in Cloudflare behind the operator's back:"
+show curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Authorization: Bearer emulator-token" -H "Content-Type: application/json" \
+  "${cf_api}/batch" -d "{\"patches\": [{\"id\": \"${record_id}\", \"content\": \"hijacked.example.org\"}]}"
+check "kubectl tenantroute plan -A shows the exact repair" 10 bash -c "kubectl tenantroute plan -A |
+  grep -qx '  ~ cloudflare/auth.example.com: update acme.auth.example.com CNAME 60 acme.auth.example.com.cdn.cloudflare.net (now hijacked.example.org)'"
+show kubectl tenantroute plan -A
+both_on_aws() { cf_points acme.auth.example.com edge-aws.example.net && r53_points acme.auth.example.com edge-aws.example.net; }
+pinned_at=${EPOCHREALTIME}
+show kubectl tenantroute pin acme aws -n tenants --reason "Cloudflare maintenance window"
+check "acme's records point at the AWS edge in both providers within 10 s" 10 both_on_aws
+note "pin to records moved in both providers: $(awk -v a="${pinned_at}" -v b="${EPOCHREALTIME}" 'BEGIN {printf "%.1f", b - a}') s"
+show kubectl tenantroute status acme -n tenants
+show kubectl tenantroute unpin acme -n tenants
+check "acme's records point at the Cloudflare edge again" 30 cf_points acme.auth.example.com acme.auth.example.com.cdn.cloudflare.net
+check "kubectl tenantroute plan -A finds nothing left to change" 30 bash -c "kubectl tenantroute plan -A --exit-code"
+
+# --- observability -------------------------------------------------------------------------
+say "11. Every metric the Grafana dashboard and the alert rules use is served"
+if [[ ${#redis_args[@]} -gt 0 ]]; then
+  check "the dashboard's and the alerts' metrics exist (config/grafana, config/prometheus)" 30 \
+    bin/demo metrics "http://127.0.0.1:${p_metrics}/metrics" "http://127.0.0.1:${p_fleet_metrics}/metrics"
+  show bin/demo metrics "http://127.0.0.1:${p_metrics}/metrics" "http://127.0.0.1:${p_fleet_metrics}/metrics"
+else
+  note "skipped: the Redis alerts need Redis (apt-get install redis-server)"
+fi
+
 say "The story is over."
 note "Everything it used is in ${dir} (logs, kubeconfig, objects.yaml)."
 if [[ "${interactive}" == 1 ]]; then
   printf '\nThe demo keeps running for exploration. Try:\n'
   printf '  export KUBECONFIG=%s\n' "${dir}/kubeconfig"
   printf '  kubectl get tenantroutes,edgeproviders,regions -A\n'
+  printf '  export PATH=%s/bin:$PATH; kubectl tenantroute status acme -n tenants\n' "${root}"
   printf '  curl -H "Host: acme.auth.example.com" %s/\n' "${proxy}"
   printf '  curl -X POST http://127.0.0.1:%s/down      # the Cloudflare edge fails\n' "${p_edge_cf}"
   printf '  curl -X PUT http://127.0.0.1:%s/__admin/faults -d %s   # the Cloudflare API fails\n' "${p_cf}" "'{\"outage\": true}'"

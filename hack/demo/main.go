@@ -4,19 +4,24 @@
 //	                           write D/kubeconfig; stop on SIGTERM
 //	demo servers ...           two edges' health endpoints and two regions' backends
 //	demo freeports N           print N free local TCP ports
+//	demo metrics URL...        fail unless every metric the shipped Grafana dashboard
+//	                           and alert rules name is served by one of the URLs
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,12 +30,13 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/tenantroute/tenantroute-operator/internal/monitoring"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		log.Fatal("usage: demo controlplane|servers|freeports ...")
+		log.Fatal("usage: demo controlplane|servers|freeports|metrics ...")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,6 +48,8 @@ func main() {
 		err = servers(ctx, os.Args[2:])
 	case "freeports":
 		err = freePorts(os.Args[2:])
+	case "metrics":
+		err = checkMetrics(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -178,5 +186,50 @@ func freePorts(args []string) error {
 	for _, ln := range lns {
 		ln.Close()
 	}
+	return nil
+}
+
+// checkMetrics scrapes the running manager's and proxies' /metrics and fails if the
+// dashboard or an alert names a metric none of them serves (a renamed metric would
+// otherwise leave a panel empty and an alert silent for good).
+func checkMetrics(ctx context.Context, urls []string) error {
+	queries, err := monitoring.DashboardQueries(monitoring.DashboardPath)
+	if err != nil {
+		return err
+	}
+	rules, err := monitoring.RuleQueries(monitoring.RulesPath)
+	if err != nil {
+		return err
+	}
+	queries = append(queries, rules...)
+	var bodies []io.Reader
+	for _, u := range urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("scraping %s: %d %v", u, resp.StatusCode, err)
+		}
+		bodies = append(bodies, bytes.NewReader(b))
+	}
+	exposed, err := monitoring.Exposed(bodies...)
+	if err != nil {
+		return err
+	}
+	missing, err := monitoring.Missing(queries, exposed)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("metrics named by the dashboard or the alerts but not served:\n  %s", strings.Join(missing, "\n  "))
+	}
+	fmt.Printf("%d dashboard and alert queries: every metric they name is served\n", len(queries))
 	return nil
 }

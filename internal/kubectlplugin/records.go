@@ -1,0 +1,330 @@
+package kubectlplugin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// world is the EdgeProviders and their zones as the providers hold them, each zone
+// listed once per invocation, however many routes use it.
+type world struct {
+	c         *cli
+	edges     map[string]*v1.EdgeProvider
+	providers map[string]providers.Provider
+	connErrs  map[string]error
+	zones     map[string]*zoneView // by edge + "/" + zone
+}
+
+// zoneView is one zone of one EdgeProvider: its records, or why they cannot be read.
+type zoneView struct {
+	edge     string
+	zone     providers.Zone
+	provider providers.Provider
+	records  []providers.Record
+	err      error
+}
+
+func (c *cli) world(ctx context.Context) (*world, error) {
+	var list v1.EdgeProviderList
+	if err := c.k8s.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing EdgeProviders: %w", err)
+	}
+	w := &world{c: c, edges: map[string]*v1.EdgeProvider{}, providers: map[string]providers.Provider{},
+		connErrs: map[string]error{}, zones: map[string]*zoneView{}}
+	for i := range list.Items {
+		w.edges[list.Items[i].Name] = &list.Items[i]
+	}
+	return w, nil
+}
+
+// zone reads a zone of an EdgeProvider, connecting with the credentials the operator
+// uses (the Secret in the operator's namespace).
+func (w *world) zone(ctx context.Context, edge, zone string) *zoneView {
+	key := edge + "/" + zone
+	if zv, ok := w.zones[key]; ok {
+		return zv
+	}
+	zv := &zoneView{edge: edge, zone: providers.Zone{Name: zone}}
+	w.zones[key] = zv
+	ep := w.edges[edge]
+	for _, z := range ep.Spec.Zones {
+		if z.Name == zone {
+			zv.zone.ID = z.ID
+		}
+	}
+	p, ok := w.providers[edge]
+	if !ok && w.connErrs[edge] == nil {
+		var err error
+		if p, err = controllers.Connect(ctx, w.c.k8s, w.c.operatorNS, ep); err != nil {
+			w.connErrs[edge] = err
+		} else {
+			w.providers[edge] = p
+		}
+	}
+	if zv.err = w.connErrs[edge]; zv.err != nil {
+		return zv
+	}
+	zv.provider = p
+	if zv.zone, zv.err = p.ResolveZone(ctx, zv.zone); zv.err == nil {
+		zv.records, zv.err = p.ListRecords(ctx, zv.zone)
+	}
+	if zv.err != nil {
+		zv.err = fmt.Errorf("reading zone %s of %s: %w", zone, edge, zv.err)
+	}
+	return zv
+}
+
+// desired computes, with the operator's own code (controllers.Desired), the records
+// the operator wants for a route now: its granted hostnames pointing at its active
+// edge, as its status tells. A route the operator has not reconciled yet is assumed
+// to be granted every hostname no other route holds, on its first edge. note says
+// what was assumed.
+func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bool) (zones []controllers.ZoneRecords, note string) {
+	edges := map[string]*v1.EdgeProvider{}
+	for _, name := range route.Spec.Edges {
+		if ep, ok := w.edges[name]; ok {
+			edges[name] = ep
+		}
+	}
+	var hostnames []string
+	for _, h := range route.Status.Hostnames {
+		if h.State == v1.ClaimGranted {
+			hostnames = append(hostnames, h.Hostname)
+		}
+	}
+	active := route.Status.ActiveEdge
+	switch {
+	case route.DeletionTimestamp != nil:
+		hostnames, note = nil, "being deleted: every record goes"
+	case len(route.Status.Hostnames) == 0:
+		note = "not reconciled yet: assuming every hostname no other route holds is granted"
+		for _, h := range route.Spec.Hostnames {
+			if !heldByOthers(h) {
+				hostnames = append(hostnames, h)
+			}
+		}
+	}
+	if active == "" && len(route.Spec.Edges) > 0 {
+		active = route.Spec.Edges[0]
+		if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual && f.PinnedEdge != "" {
+			active = f.PinnedEdge
+		}
+	}
+	return controllers.Desired(route, hostnames, edges, active), note
+}
+
+// step is one planned change or conflict, printed as a line.
+type step struct {
+	symbol string // + create, ~ update, - delete, ! conflict
+	text   string
+}
+
+// planZone diffs a zone's records against what owner wants there, as the operator's
+// apply queue does (providers.MakePlan over the provider's normalised records).
+func planZone(zv *zoneView, owner string, desired []providers.Record) []step {
+	normalised := make([]providers.Record, len(desired))
+	for i, r := range desired {
+		normalised[i] = zv.provider.Normalize(r)
+	}
+	plan := providers.MakePlan(zv.records, normalised, owner)
+	var steps []step
+	for _, ch := range plan.Changes {
+		switch ch.Action {
+		case providers.Create:
+			steps = append(steps, step{"+", "create " + describe(*ch.New)})
+		case providers.Update:
+			steps = append(steps, step{"~", fmt.Sprintf("update %s (now %s)", describe(*ch.New), values(*ch.Old))})
+		case providers.Delete:
+			steps = append(steps, step{"-", "delete " + describe(*ch.Old)})
+		}
+	}
+	for _, cf := range plan.Conflicts {
+		var held []string
+		for _, h := range cf.Holders {
+			owner := h.Owner
+			if owner == "" {
+				owner = "no owner"
+			}
+			held = append(held, fmt.Sprintf("%s %s (%s)", h.Type, values(h), owner))
+		}
+		steps = append(steps, step{"!", fmt.Sprintf("conflict %s: the name is held by %s", describe(cf.Desired), strings.Join(held, ", "))})
+	}
+	return steps
+}
+
+func describe(r providers.Record) string {
+	return fmt.Sprintf("%s %s %d %s", r.Name, r.Type, r.TTL, values(r))
+}
+
+func values(r providers.Record) string {
+	s := strings.Join(r.Values, ",")
+	if r.Proxied {
+		s += " (proxied)"
+	}
+	return s
+}
+
+// planScope is what plan looks at: one route, the routes of the namespace, or of the
+// cluster (with the records of deleted routes), narrowed by a label selector.
+type planScope struct {
+	name          string
+	allNamespaces bool
+	selector      string
+}
+
+// plan prints the changes the operator would make for the routes in scope, and with
+// -A the records of routes that no longer exist. It returns how many changes it found.
+func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
+	w, err := c.world(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// Every route, whatever the scope: who holds which hostname, and which owners exist.
+	var all v1.TenantRouteList
+	if err := c.k8s.List(ctx, &all); err != nil {
+		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
+	}
+	sel, err := labels.Parse(scope.selector)
+	if err != nil {
+		return 0, fmt.Errorf("--selector: %w", err)
+	}
+	var routes []v1.TenantRoute
+	for _, r := range all.Items {
+		switch {
+		case scope.name != "":
+			if r.Namespace == c.namespace && r.Name == scope.name {
+				routes = append(routes, r)
+			}
+		case (scope.allNamespaces || r.Namespace == c.namespace) && sel.Matches(labels.Set(r.Labels)):
+			routes = append(routes, r)
+		}
+	}
+	if scope.name != "" && len(routes) == 0 {
+		return 0, fmt.Errorf("TenantRoute %s/%s not found", c.namespace, scope.name)
+	}
+	// Hostnames granted to each route, for routes not reconciled yet.
+	holder := map[string]client.ObjectKey{}
+	owners := map[string]bool{}
+	for _, r := range all.Items {
+		owners[controllers.OwnerKey(c.instance, r.Namespace, r.Name)] = true
+		for _, h := range r.Status.Hostnames {
+			if h.State == v1.ClaimGranted {
+				holder[h.Hostname] = client.ObjectKeyFromObject(&r)
+			}
+		}
+	}
+
+	changes, conflicts, unreadable := 0, 0, 0
+	print := func(title string, steps []step) {
+		fmt.Fprintln(c.out, title)
+		for _, s := range steps {
+			fmt.Fprintf(c.out, "  %s %s\n", s.symbol, s.text)
+			switch s.symbol {
+			case "!":
+				conflicts++
+			case "?":
+				unreadable++
+			case "+", "~", "-":
+				changes++
+			}
+		}
+	}
+	for i := range routes {
+		route := &routes[i]
+		key := client.ObjectKeyFromObject(route)
+		owner := controllers.OwnerKey(c.instance, route.Namespace, route.Name)
+		zones, note := w.desired(route, func(h string) bool { k, ok := holder[h]; return ok && k != key })
+		var routeSteps []step
+		var errs []string
+		for _, zr := range zones {
+			zv := w.zone(ctx, zr.Edge, zr.Zone)
+			if zv.err != nil {
+				errs = append(errs, zv.err.Error())
+				continue
+			}
+			for _, s := range planZone(zv, owner, zr.Records) {
+				s.text = fmt.Sprintf("%s/%s: %s", zr.Edge, zr.Zone, s.text)
+				routeSteps = append(routeSteps, s)
+			}
+		}
+		if len(routeSteps) == 0 && len(errs) == 0 && note == "" && scope.name == "" {
+			continue // several routes: only those with something to say
+		}
+		title := "TenantRoute " + key.String()
+		if note != "" {
+			title += " (" + note + ")"
+		}
+		if len(routeSteps) == 0 && len(errs) == 0 {
+			routeSteps = append(routeSteps, step{" ", "no changes"})
+		}
+		for _, e := range errs {
+			routeSteps = append(routeSteps, step{"?", e})
+		}
+		print(title, routeSteps)
+	}
+
+	if scope.allNamespaces {
+		// Records of this installation whose TenantRoute no longer exists: the
+		// operator's orphan sweep deletes them at the zone's next resync. Every
+		// EdgeProvider is searched; with a selector, those of the selected routes.
+		scan := sortedKeys(w.edges)
+		if scope.selector != "" {
+			used := map[string]bool{}
+			for _, r := range routes {
+				for _, e := range r.Spec.Edges {
+					used[e] = w.edges[e] != nil
+				}
+			}
+			scan = slices.DeleteFunc(scan, func(e string) bool { return !used[e] })
+		}
+		var orphanSteps []step
+		for _, edge := range scan {
+			for _, z := range w.edges[edge].Spec.Zones {
+				zv := w.zone(ctx, edge, z.Name)
+				if zv.err != nil {
+					continue // reported with the routes, or unused
+				}
+				for _, r := range zv.records {
+					if strings.HasPrefix(r.Owner, c.instance+"/") && !owners[r.Owner] {
+						orphanSteps = append(orphanSteps, step{"-", fmt.Sprintf("%s/%s: delete %s (owner %s no longer exists)",
+							edge, z.Name, describe(r), r.Owner)})
+					}
+				}
+			}
+		}
+		if len(orphanSteps) > 0 {
+			print("Records of deleted TenantRoutes", orphanSteps)
+		}
+	}
+
+	summary := fmt.Sprintf("%d changes, %d conflicts", changes, conflicts)
+	if changes == 0 && conflicts == 0 {
+		summary = "No changes: the providers hold what the operator wants."
+	}
+	if unreadable > 0 {
+		summary += fmt.Sprintf("; %d zone readings failed", unreadable)
+	}
+	fmt.Fprintln(c.out, summary)
+	if unreadable > 0 {
+		return changes, fmt.Errorf("%d zone readings failed: the plan is incomplete", unreadable)
+	}
+	return changes, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
