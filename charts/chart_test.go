@@ -17,7 +17,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	release "helm.sh/helm/v4/pkg/release/v1"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -82,19 +82,27 @@ func values(t *testing.T, file string) map[string]any {
 // render is `helm template` through Helm's library.
 func render(t *testing.T, vals map[string]any) (*chart.Chart, []*unstructured.Unstructured) {
 	t.Helper()
-	chrt, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := action.NewInstall(action.NewConfiguration())
-	install.DryRunStrategy = action.DryRunClient
-	install.ReleaseName, install.Namespace, install.Replace = releaseName, namespace, true
-	install.KubeVersion = &common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	rel, err := install.Run(chrt, vals)
+	chrt, manifest, err := renderAs(releaseName, vals)
 	if err != nil {
 		t.Fatalf("rendering the chart: %v", err)
 	}
-	return chrt, decode(t, rel.(*release.Release).Manifest)
+	return chrt, decode(t, manifest)
+}
+
+func renderAs(release string, vals map[string]any) (*chart.Chart, string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, "", err
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName, install.Namespace, install.Replace = release, namespace, true
+	install.KubeVersion = &common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	rel, err := install.Run(chrt, vals)
+	if err != nil {
+		return nil, "", err
+	}
+	return chrt, rel.(*releasev1.Release).Manifest, nil
 }
 
 func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
@@ -372,4 +380,56 @@ func decodeB64(t *testing.T, s string) string {
 		t.Fatalf("not base64: %v", err)
 	}
 	return string(b)
+}
+
+// Values that cannot work are refused at rendering with a clear message, and the
+// longest release name still gives valid object names.
+func TestValuesGuards(t *testing.T) {
+	_, _, err := renderAs(releaseName, map[string]any{"replicas": 2, "leaderElection": map[string]any{"enabled": false}})
+	if err == nil || !strings.Contains(err.Error(), "replicas > 1 needs leaderElection.enabled") {
+		t.Errorf("two replicas without leader election: %v", err)
+	}
+	_, _, err = renderAs(releaseName, map[string]any{"proxyFleet": map[string]any{"enabled": true}, "lookup": map[string]any{"enabled": false}})
+	if err == nil || !strings.Contains(err.Error(), "proxyFleet.enabled needs lookup.enabled") {
+		t.Errorf("a proxy fleet without the lookup endpoint: %v", err)
+	}
+
+	long := strings.Repeat("r", 53) // Helm's limit on release names
+	_, manifest, err := renderAs(long, values(t, "ci/all-on-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decode(t, manifest) {
+		if o.GetKind() == "Service" && len(o.GetName()) > 63 {
+			t.Errorf("Service name %s has %d characters; at most 63 are allowed", o.GetName(), len(o.GetName()))
+		}
+	}
+}
+
+// The pods restart when, and only when, the secrets they read change: their checksum
+// annotation follows the Secret's values.
+func TestChecksumFollowsTheSharedSecret(t *testing.T) {
+	checksum := func(token string) string {
+		vals := map[string]any{"sharedSecret": map[string]any{"lookupToken": token,
+			"redisHMACKey": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}
+		_, objs := render(t, vals)
+		annotations, _, _ := unstructured.NestedStringMap(find(objs, "Deployment", releaseName+"-controller-manager").Object,
+			"spec", "template", "metadata", "annotations")
+		return annotations["checksum/shared"]
+	}
+	a, b, c := checksum("0123456789abcdef0123456789abcdef"), checksum("0123456789abcdef0123456789abcdef"), checksum("fedcba9876543210fedcba9876543210")
+	if a == "" || a != b || a == c {
+		t.Errorf("checksums %q, %q (same values), %q (new token): want equal, then different", a, b, c)
+	}
+	// An existing Secret is the user's: the chart cannot see it, and must not restart
+	// the pods on every upgrade with values it made up.
+	existing := func() string {
+		_, objs := render(t, values(t, "ci/external-redis-values.yaml"))
+		annotations, _, _ := unstructured.NestedStringMap(find(objs, "Deployment", releaseName+"-controller-manager").Object,
+			"spec", "template", "metadata", "annotations")
+		return annotations["checksum/shared"]
+	}
+	if x, y := existing(), existing(); x != y {
+		t.Errorf("with sharedSecret.existingSecret the checksum changes between renderings: %q, %q", x, y)
+	}
 }

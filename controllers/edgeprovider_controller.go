@@ -99,6 +99,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Accounts.Remove(req.Name)
 			r.Monitor.Forget(req.Name)
+			edgeHealthGauge.DeleteLabelValues(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -122,6 +123,10 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	ep.Status.Type = providerType(ep)
 	r.Monitor.Watch(ep.Name, checkOf(ep), EdgeHealth(ep))
+	// Transitions set the gauge too; this sets it on a new leader, which inherits the
+	// health from the status and sees no transition while an edge stays down.
+	h, _ := r.Monitor.Health(ep.Name)
+	edgeHealthGauge.WithLabelValues(ep.Name).Set(healthValue(h))
 	if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) == nil {
 		setHealth(ep, edge.Unknown, edge.Probe{})
 	}

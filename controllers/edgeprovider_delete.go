@@ -61,6 +61,7 @@ func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.Edg
 	}
 	r.Accounts.Remove(ep.Name)
 	r.Monitor.Forget(ep.Name)
+	edgeHealthGauge.DeleteLabelValues(ep.Name)
 	r.announced.Delete(ep.Name)
 	log.FromContext(ctx).Info("EdgeProvider released", "orphanPolicy", ep.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan)
 	return ctrl.Result{}, nil

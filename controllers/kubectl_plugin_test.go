@@ -170,4 +170,26 @@ func TestKubectlPlugin(t *testing.T) {
 	if f := o.get("acme").Spec.Failover; f == nil || f.Mode != v1.FailoverAutomatic || f.PinnedEdge != "" || f.Reason != "" {
 		t.Errorf("spec.failover after unpin: %+v", f)
 	}
+
+	// With the operator stopped, plan tells what its reconcile will do with an edit:
+	// a pin moves the active edge in every provider; an edge no longer listed loses
+	// the route's records.
+	eventually(t, 10*time.Second, func() error {
+		if out := plugin(0, "plan", "acme"); !strings.Contains(out, "No changes") {
+			return fmt.Errorf("plan after unpin:\n%s", out)
+		}
+		return nil
+	})
+	o.stopManager()
+	plugin(0, "pin", "acme", o.awsEdge)
+	mustMatch(plugin(2, "plan", "acme", "--exit-code"),
+		`(?m)^TenantRoute `+o.ns+`/acme \(the active edge becomes `+o.awsEdge+` \(Pinned\)\)$`,
+		`(?m)^  ~ `+o.cfEdge+`/auth\.example\.com: update acme\.auth\.example\.com CNAME 60 edge-aws\.example\.net \(now acme\.auth\.example\.com\.cdn\.cloudflare\.net\)$`,
+		`(?m)^  ~ `+o.awsEdge+`/auth\.example\.com: update acme\.auth\.example\.com CNAME 60 edge-aws\.example\.net \(now acme\.auth\.example\.com\.cdn\.cloudflare\.net\)$`,
+		`(?m)^2 changes, 0 conflicts$`)
+	plugin(0, "unpin", "acme")
+	edit(t, o.get("acme"), func(tr *v1.TenantRoute) { tr.Spec.Edges = []string{o.cfEdge} })
+	mustMatch(plugin(2, "plan", "acme", "--exit-code"),
+		`(?m)^  - `+o.awsEdge+`/auth\.example\.com: delete acme\.auth\.example\.com CNAME 60 acme\.auth\.example\.com\.cdn\.cloudflare\.net$`,
+		`(?m)^1 changes, 0 conflicts$`)
 }

@@ -254,7 +254,7 @@ func (r *TenantRouteReconciler) ownerOf(route *v1.TenantRoute) string {
 // by name.
 func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.TenantRoute) (map[string]*v1.EdgeProvider, error) {
 	edges := map[string]*v1.EdgeProvider{}
-	for _, name := range edgesOf(route) {
+	for _, name := range EdgesOf(route) {
 		ep := &v1.EdgeProvider{}
 		if err := r.Get(ctx, types.NamespacedName{Name: name}, ep); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -330,7 +330,7 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing TenantRoutes by granted hostname: %w", err)
 	}
 	for field, extract := range map[string]func(*v1.TenantRoute) []string{
-		indexEdges:     func(tr *v1.TenantRoute) []string { return edgesOf(tr) },
+		indexEdges:     func(tr *v1.TenantRoute) []string { return EdgesOf(tr) },
 		indexRegion:    func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} },
 		indexTenantID:  func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} },
 		indexHostnames: func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames },
@@ -374,8 +374,8 @@ func edgeProviderChanged() predicate.Predicate {
 	}}
 }
 
-// edgesOf are the EdgeProviders a route lists now or has records in.
-func edgesOf(tr *v1.TenantRoute) []string {
+// EdgesOf are the EdgeProviders a route lists now or has records in (status.providers).
+func EdgesOf(tr *v1.TenantRoute) []string {
 	out := append([]string{}, tr.Spec.Edges...)
 	for _, p := range tr.Status.Providers {
 		if !slices.Contains(out, p.Edge) {

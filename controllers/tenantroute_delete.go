@@ -94,7 +94,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 	}
-	for _, edge := range edgesOf(route) {
+	for _, edge := range EdgesOf(route) {
 		if acct := r.Accounts.Get(edge); acct != nil {
 			for zone, q := range acct.Queues() {
 				q.Forget(owner)
@@ -161,7 +161,7 @@ func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []stri
 		}
 	}
 	if len(edges) == 0 {
-		edges = edgesOf(route)
+		edges = EdgesOf(route)
 	}
 	return edges
 }
@@ -171,7 +171,7 @@ func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []stri
 func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.TenantRoute, owner string) ([]string, int) {
 	var blocked []string
 	deleting := 0
-	for _, edge := range edgesOf(route) {
+	for _, edge := range EdgesOf(route) {
 		ep := &v1.EdgeProvider{}
 		err := r.Get(ctx, client.ObjectKey{Name: edge}, ep)
 		if apierrors.IsNotFound(err) {

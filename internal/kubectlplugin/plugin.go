@@ -32,7 +32,8 @@ Usage:
       current records; read-only. Without NAME, every TenantRoute of the
       namespace (-A: of the cluster, and the records of routes that no longer
       exist, searched in every EdgeProvider or, with -l, in those of the
-      selected routes). --exit-code: exit 2 when there are changes.
+      selected routes). --exit-code: exit 2 when there are changes or
+      conflicts. Reading uses the providers' API quota the operator also uses.
   kubectl tenantroute pin NAME EDGE [--reason TEXT] [-n NAMESPACE]
       Keep the route on EDGE whatever its health (failover.mode Manual).
   kubectl tenantroute unpin NAME [-n NAMESPACE]
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.instance, "instance", "default", "The operator's --instance: the ownership marker of its records.")
 	all := fs.BoolP("all-namespaces", "A", false, "plan: every TenantRoute of the cluster.")
 	selector := fs.StringP("selector", "l", "", "plan: only the TenantRoutes with these labels (key=value,...).")
-	exitCode := fs.Bool("exit-code", false, "plan: exit with status 2 when there are changes.")
+	exitCode := fs.Bool("exit-code", false, "plan: exit with status 2 when there are changes or conflicts.")
 	reason := fs.String("reason", "", "pin: why the route is pinned, recorded in spec.failover.reason.")
 	fs.Usage = func() {
 		fmt.Fprint(out, usage)

@@ -62,6 +62,11 @@ func (w *world) zone(ctx context.Context, edge, zone string) *zoneView {
 		}
 	}
 	p, ok := w.providers[edge]
+	if !ok && w.connErrs[edge] == nil && ep.Spec.Route53 != nil && ep.Spec.Route53.CredentialsSecretRef == nil {
+		// The operator uses its own identity (IRSA, instance role); here the default
+		// chain would be the user's, perhaps another account with a zone of that name.
+		w.connErrs[edge] = fmt.Errorf("EdgeProvider %s has no credentials Secret: the operator reads it with its own AWS identity, which this plugin does not have", edge)
+	}
 	if !ok && w.connErrs[edge] == nil {
 		var err error
 		if p, err = controllers.Connect(ctx, w.c.k8s, w.c.operatorNS, ep); err != nil {
@@ -83,43 +88,67 @@ func (w *world) zone(ctx context.Context, edge, zone string) *zoneView {
 	return zv
 }
 
-// desired computes, with the operator's own code (controllers.Desired), the records
-// the operator wants for a route now: its granted hostnames pointing at its active
-// edge, as its status tells. A route the operator has not reconciled yet is assumed
-// to be granted every hostname no other route holds, on its first edge. note says
-// what was assumed.
+// desired computes the records the operator wants for a route now, as its reconcile
+// decides them: the active edge chosen by controllers.ActiveEdge from the
+// EdgeProviders' health conditions, the granted hostnames in status, the records
+// controllers.Desired makes of them, and nothing in the zones of edges the route no
+// longer lists. A route the operator has not reconciled yet is assumed granted every
+// hostname no other route holds. note says what was decided or assumed.
 func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bool) (zones []controllers.ZoneRecords, note string) {
 	edges := map[string]*v1.EdgeProvider{}
-	for _, name := range route.Spec.Edges {
-		if ep, ok := w.edges[name]; ok {
+	for _, name := range controllers.EdgesOf(route) {
+		// An EdgeProvider being deleted deletes its records itself.
+		if ep, ok := w.edges[name]; ok && ep.DeletionTimestamp.IsZero() {
 			edges[name] = ep
 		}
 	}
-	var hostnames []string
-	for _, h := range route.Status.Hostnames {
-		if h.State == v1.ClaimGranted {
-			hostnames = append(hostnames, h.Hostname)
+	empty := func(edge string) {
+		for _, z := range edges[edge].Spec.Zones {
+			zones = append(zones, controllers.ZoneRecords{Edge: edge, Zone: z.Name})
 		}
 	}
-	active := route.Status.ActiveEdge
-	switch {
-	case route.DeletionTimestamp != nil:
-		hostnames, note = nil, "being deleted: every record goes"
-	case len(route.Status.Hostnames) == 0:
-		note = "not reconciled yet: assuming every hostname no other route holds is granted"
+	if route.DeletionTimestamp != nil {
+		switch {
+		case !slices.Contains(route.Finalizers, controllers.Finalizer):
+			return nil, "being deleted without the operator's finalizer: the operator does nothing"
+		case route.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan:
+			return nil, "being deleted with deletion-policy Orphan: the records stay"
+		}
+		for _, name := range sortedKeys(edges) {
+			empty(name)
+		}
+		return zones, "being deleted: every record goes"
+	}
+
+	active, reason := controllers.ActiveEdge(route, edges, controllers.EdgeHealth)
+	if _, ok := edges[active]; !ok {
+		return nil, "no active edge exists: the operator leaves the records as they are"
+	}
+	var notes []string
+	if active != route.Status.ActiveEdge {
+		notes = append(notes, fmt.Sprintf("the active edge becomes %s (%s)", active, reason))
+	}
+	var hostnames []string
+	if len(route.Status.Hostnames) == 0 {
+		notes = append(notes, "not reconciled yet: assuming every hostname no other route holds is granted")
 		for _, h := range route.Spec.Hostnames {
 			if !heldByOthers(h) {
 				hostnames = append(hostnames, h)
 			}
 		}
 	}
-	if active == "" && len(route.Spec.Edges) > 0 {
-		active = route.Spec.Edges[0]
-		if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual && f.PinnedEdge != "" {
-			active = f.PinnedEdge
+	for _, h := range route.Status.Hostnames {
+		if h.State == v1.ClaimGranted {
+			hostnames = append(hostnames, h.Hostname)
 		}
 	}
-	return controllers.Desired(route, hostnames, edges, active), note
+	zones = controllers.Desired(route, hostnames, edges, active)
+	for _, name := range controllers.EdgesOf(route) {
+		if _, ok := edges[name]; ok && !slices.Contains(route.Spec.Edges, name) {
+			empty(name) // no longer listed: its records there go
+		}
+	}
+	return zones, strings.Join(notes, "; ")
 }
 
 // step is one planned change or conflict, printed as a line.
@@ -182,7 +211,8 @@ type planScope struct {
 }
 
 // plan prints the changes the operator would make for the routes in scope, and with
-// -A the records of routes that no longer exist. It returns how many changes it found.
+// -A the records of routes that no longer exist. It returns how many changes and
+// conflicts (drift the operator cannot repair) it found.
 func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 	w, err := c.world(ctx)
 	if err != nil {
@@ -223,7 +253,7 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 		}
 	}
 
-	changes, conflicts, unreadable := 0, 0, 0
+	changes, conflicts := 0, 0
 	print := func(title string, steps []step) {
 		fmt.Fprintln(c.out, title)
 		for _, s := range steps {
@@ -231,8 +261,6 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 			switch s.symbol {
 			case "!":
 				conflicts++
-			case "?":
-				unreadable++
 			case "+", "~", "-":
 				changes++
 			}
@@ -291,7 +319,7 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 			for _, z := range w.edges[edge].Spec.Zones {
 				zv := w.zone(ctx, edge, z.Name)
 				if zv.err != nil {
-					continue // reported with the routes, or unused
+					continue // listed below
 				}
 				for _, r := range zv.records {
 					if strings.HasPrefix(r.Owner, c.instance+"/") && !owners[r.Owner] {
@@ -306,18 +334,32 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 		}
 	}
 
+	// Every zone that could not be read, once: the plan is incomplete without them.
+	var unreadable []string
+	for _, key := range sortedKeys(w.zones) {
+		if err := w.zones[key].err; err != nil {
+			unreadable = append(unreadable, err.Error())
+		}
+	}
+	if len(unreadable) > 0 {
+		fmt.Fprintln(c.out, "Zones that could not be read")
+		for _, e := range unreadable {
+			fmt.Fprintf(c.out, "  ? %s\n", e)
+		}
+	}
+
 	summary := fmt.Sprintf("%d changes, %d conflicts", changes, conflicts)
 	if changes == 0 && conflicts == 0 {
 		summary = "No changes: the providers hold what the operator wants."
 	}
-	if unreadable > 0 {
-		summary += fmt.Sprintf("; %d zone readings failed", unreadable)
+	if len(unreadable) > 0 {
+		summary += fmt.Sprintf("; %d zones could not be read", len(unreadable))
 	}
 	fmt.Fprintln(c.out, summary)
-	if unreadable > 0 {
-		return changes, fmt.Errorf("%d zone readings failed: the plan is incomplete", unreadable)
+	if len(unreadable) > 0 {
+		return changes + conflicts, fmt.Errorf("%d zones could not be read: the plan is incomplete", len(unreadable))
 	}
-	return changes, nil
+	return changes + conflicts, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

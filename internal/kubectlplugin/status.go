@@ -161,13 +161,10 @@ func (c *cli) unpin(ctx context.Context, name string) error {
 	return nil
 }
 
-// patchFailover merge-patches spec.failover, conditional on the route not having
-// changed since it was read (a concurrent edit fails rather than being overwritten).
+// patchFailover merge-patches spec.failover alone: the operator's status writes and
+// edits of other fields neither block it nor are overwritten.
 func (c *cli) patchFailover(ctx context.Context, route *v1.TenantRoute, failover map[string]any) error {
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": route.ResourceVersion},
-		"spec":     map[string]any{"failover": failover},
-	})
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"failover": failover}})
 	if err != nil {
 		return err
 	}

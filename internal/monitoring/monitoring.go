@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
@@ -120,38 +121,59 @@ func RuleQueries(path string) ([]Query, error) {
 
 // Metrics parses an expression and returns the metric names it selects.
 func Metrics(q Query) ([]string, error) {
-	expr, err := promql.ParseExpr(grafanaVariables.Replace(q.Expr))
+	sels, err := selectors(q)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %q: %w", q.Source, q.Expr, err)
+		return nil, err
 	}
 	var names []string
-	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
-		if vs, ok := node.(*parser.VectorSelector); ok {
-			name := vs.Name
-			if name == "" {
-				for _, m := range vs.LabelMatchers {
-					if m.Name == model.MetricNameLabel {
-						name = m.Value
-					}
-				}
-			}
-			if name != "" && !slices.Contains(names, name) {
-				names = append(names, name)
-			}
+	for _, vs := range sels {
+		if name := selectorName(vs); !slices.Contains(names, name) {
+			names = append(names, name)
 		}
-		return nil
-	})
-	if len(names) == 0 {
-		return nil, fmt.Errorf("%s: %q selects no metric by name", q.Source, q.Expr)
 	}
 	return names, nil
 }
 
-// Exposed reads Prometheus text expositions (what /metrics serves) and returns every
-// series name they hold: a histogram's and a summary's _bucket, _sum and _count
-// included.
-func Exposed(expositions ...io.Reader) (map[string]bool, error) {
-	names := map[string]bool{}
+func selectors(q Query) ([]*parser.VectorSelector, error) {
+	expr, err := promql.ParseExpr(grafanaVariables.Replace(q.Expr))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %q: %w", q.Source, q.Expr, err)
+	}
+	var sels []*parser.VectorSelector
+	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+		if vs, ok := node.(*parser.VectorSelector); ok {
+			sels = append(sels, vs)
+		}
+		return nil
+	})
+	for _, vs := range sels {
+		if selectorName(vs) == "" {
+			return nil, fmt.Errorf("%s: %q selects no metric by name", q.Source, q.Expr)
+		}
+	}
+	return sels, nil
+}
+
+func selectorName(vs *parser.VectorSelector) string {
+	if vs.Name != "" {
+		return vs.Name
+	}
+	for _, m := range vs.LabelMatchers {
+		if m.Name == model.MetricNameLabel {
+			return m.Value
+		}
+	}
+	return ""
+}
+
+// Exposition is what /metrics serves: every series name with the label sets it has.
+type Exposition map[string][]map[string]string
+
+// Exposed reads Prometheus text expositions (what /metrics serves): a histogram's and a
+// summary's _bucket, _sum and _count series included. A family declared without a
+// sample has no series and is not exposed.
+func Exposed(expositions ...io.Reader) (Exposition, error) {
+	exposed := Exposition{}
 	for _, r := range expositions {
 		p := expfmt.NewTextParser(model.UTF8Validation)
 		families, err := p.TextToMetricFamilies(r)
@@ -159,32 +181,54 @@ func Exposed(expositions ...io.Reader) (map[string]bool, error) {
 			return nil, err
 		}
 		for name, f := range families {
-			if len(f.GetMetric()) == 0 {
-				continue
-			}
-			names[name] = true
+			names := []string{name}
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM:
-				names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+				names = append(names, name+"_bucket", name+"_sum", name+"_count")
 			case dto.MetricType_SUMMARY:
-				names[name+"_sum"], names[name+"_count"] = true, true
+				names = append(names, name+"_sum", name+"_count")
+			}
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				for _, n := range names {
+					exposed[n] = append(exposed[n], labels)
+				}
 			}
 		}
 	}
-	return names, nil
+	return exposed, nil
 }
 
-// Missing returns, for each query naming a metric not in exposed, "source: metric".
-func Missing(queries []Query, exposed map[string]bool) ([]string, error) {
+// Missing returns, for each query, the metrics it names that the exposition lacks
+// ("source: metric"), and the label values it selects by equality that no series of
+// that metric has ("source: metric{label="value"}"): a renamed metric or label value
+// would otherwise leave a panel empty and an alert silent for good.
+func Missing(queries []Query, exposed Exposition) ([]string, error) {
 	var missing []string
 	for _, q := range queries {
-		names, err := Metrics(q)
+		sels, err := selectors(q)
 		if err != nil {
 			return nil, err
 		}
-		for _, n := range names {
-			if !exposed[n] {
-				missing = append(missing, q.Source+": "+n)
+		for _, vs := range sels {
+			name := selectorName(vs)
+			series, ok := exposed[name]
+			if !ok {
+				if entry := q.Source + ": " + name; !slices.Contains(missing, entry) {
+					missing = append(missing, entry)
+				}
+				continue
+			}
+			for _, m := range vs.LabelMatchers {
+				if m.Type != labels.MatchEqual || m.Name == model.MetricNameLabel || m.Value == "" {
+					continue
+				}
+				if !slices.ContainsFunc(series, func(l map[string]string) bool { return l[m.Name] == m.Value }) {
+					missing = append(missing, fmt.Sprintf("%s: %s{%s=%q}", q.Source, name, m.Name, m.Value))
+				}
 			}
 		}
 	}

@@ -99,15 +99,18 @@ tenantroute_zone_flush_duration_seconds_count{provider="aws",result="ok"} 1
 		t.Fatal(err)
 	}
 	missing, err := monitoring.Missing([]monitoring.Query{
-		{Source: "a", Expr: `max by (edge) (tenantroute_edge_health) == 0`},
-		{Source: "b", Expr: `histogram_quantile(0.99, sum by (le) (rate(tenantroute_zone_flush_duration_seconds_bucket[$__rate_interval])))`},
+		{Source: "a", Expr: `max by (edge) (tenantroute_edge_health{edge="aws"}) == 0`},
+		{Source: "b", Expr: `histogram_quantile(0.99, sum by (le) (rate(tenantroute_zone_flush_duration_seconds_bucket{result="ok"}[$__rate_interval])))`},
 		{Source: "c", Expr: `sum(increase(tenantroute_failovers_total[5m])) / sum(tenantroute_records_managed)`},
+		{Source: "d", Expr: `sum(rate(tenantroute_zone_flush_duration_seconds_count{result="error"}[5m]))`},
 	}, exposed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A family declared without a sample is not exposed: no series, no data.
-	want := []string{"c: tenantroute_failovers_total", "c: tenantroute_records_managed"}
+	// A family declared without a sample is not exposed: no series, no data. A label
+	// value no series has selects nothing either.
+	want := []string{"c: tenantroute_failovers_total", "c: tenantroute_records_managed",
+		`d: tenantroute_zone_flush_duration_seconds_count{result="error"}`}
 	if !slices.Equal(missing, want) {
 		t.Errorf("missing %v, want %v", missing, want)
 	}

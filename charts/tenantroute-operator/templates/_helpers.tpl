@@ -1,10 +1,11 @@
 {{/* The prefix of every object's name: the release name, with the chart's name
-unless the release name already holds it. */}}
+unless the release name already holds it; at most 49 characters, so that the longest
+suffix (-proxy-metrics) keeps a Service name within 63. */}}
 {{- define "tenantroute.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 49 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 49 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -102,12 +103,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end -}}
 
-{{/* A random value generated once: kept from the live object on upgrades. */}}
-{{- define "tenantroute.keep" -}}
-{{- $secret := lookup "v1" "Secret" .namespace .name -}}
-{{- if and $secret (index ($secret.data | default dict) .key) -}}
-{{ index $secret.data .key | b64dec }}
-{{- else -}}
-{{ randAlphaNum 64 }}
+{{/* The generated secrets (lookup token, HMAC key, Redis password), as YAML: the
+values of the live Secrets when they exist (upgrades keep them), else random ones.
+Computed once per rendering and kept in .Values, so that the Secrets and the pods'
+checksum annotations see the same values. helm template and GitOps tools have no live
+Secrets to read: they get new values on every rendering; give them
+sharedSecret.existingSecret (or the values) instead. */}}
+{{- define "tenantroute.generated" -}}
+{{- if not (hasKey .Values "__generated") -}}
+{{- $fullname := include "tenantroute.fullname" . -}}
+{{- $shared := (lookup "v1" "Secret" .Release.Namespace (printf "%s-shared" $fullname)).data | default dict -}}
+{{- $redis := (lookup "v1" "Secret" .Release.Namespace (printf "%s-redis" $fullname)).data | default dict -}}
+{{- $g := dict
+  "lookupToken" (.Values.sharedSecret.lookupToken | default (get $shared "lookup-token" | b64dec) | default (randAlphaNum 64))
+  "redisHMACKey" (.Values.sharedSecret.redisHMACKey | default (get $shared "redis-hmac-key" | b64dec) | default (randAlphaNum 64)) -}}
+{{- if .Values.redis.deploy -}}
+{{- $_ := set $g "redisPassword" (get $redis "password" | b64dec | default (randAlphaNum 64)) -}}
 {{- end -}}
+{{- $_ := set .Values "__generated" $g -}}
+{{- end -}}
+{{- toYaml (get .Values "__generated") -}}
+{{- end -}}
+
+{{/* The checksum of the secrets the chart creates and the pods read at start: a
+change restarts them. An existingSecret is the user's to roll out. */}}
+{{- define "tenantroute.secretsChecksum" -}}
+{{- $g := include "tenantroute.generated" . | fromYaml -}}
+{{- if .Values.sharedSecret.existingSecret -}}
+{{- $g = omit $g "lookupToken" "redisHMACKey" -}}
+{{- end -}}
+{{- toYaml $g | sha256sum -}}
 {{- end -}}
