@@ -26,6 +26,9 @@ func MonitoringCRDs() (string, error) {
 	if _, err := os.Stat(filepath.Join(dir, want[len(want)-1])); err == nil {
 		return dir, nil
 	}
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		return "", err
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(root, "bin"), ".monitoring-crds-")
 	if err != nil {
 		return "", err
