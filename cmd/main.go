@@ -77,6 +77,9 @@ func main() {
 	flag.DurationVar(&c.operator.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
 	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
 	flag.IntVar(&c.operator.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
+	flag.Float64Var(&c.operator.EventQPS, "event-qps", controllers.DefaultEventQPS, "TenantRoute events per second at most (with --event-burst); beyond, events are dropped and counted in tenantroute_events_skipped_total. Events never delay status or records.")
+	flag.IntVar(&c.operator.EventBurst, "event-burst", controllers.DefaultEventBurst, "Burst of TenantRoute events.")
+	flag.IntVar(&c.operator.FailoverEvents, "failover-events", controllers.DefaultFailoverEvents, "Per health transition, how many moving TenantRoutes get their own FailedOver/FailedBack event; the EdgeProvider's event counts them all.")
 	flag.StringVar(&c.operator.DNSResolver, "dns-resolver", defaultResolver(), "DNS server (host:port) asked whether custom domains' owners proved control (TXT and CNAME); empty: no custom domain is routed.")
 	flag.DurationVar(&c.operator.CustomDomainInterval, "custom-domain-check-interval", time.Minute, "How often each custom domain's proof is checked.")
 	flag.DurationVar(&c.operator.CustomDomainGrace, "custom-domain-grace", time.Hour, "How long a custom domain that lost its proof stays routed before it is released.")
@@ -126,7 +129,10 @@ func runAll(ctx context.Context, c config) error {
 		// Credential Secrets are read only in the operator's namespace, and cached only there.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{c.operator.Namespace: {}}},
-		}},
+		},
+			// managedFields are a large part of every cached object and nothing here
+			// reads them (updates of cached objects leave the server's as they are).
+			DefaultTransform: cache.TransformStripManagedFields()},
 		HealthProbeBindAddress:        c.probeAddr,
 		LeaderElection:                c.leaderElection,
 		LeaderElectionID:              "tenantroute-operator.routing.tenantroute.io",

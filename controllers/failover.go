@@ -50,6 +50,8 @@ type Failover struct {
 	Heartbeat time.Duration
 
 	transitions chan edge.Transition
+	// newWave, if set, restarts the per-transition budget of per-route failover events.
+	newWave func()
 }
 
 // NewFailover returns the failover handler; it runs as a leader-elected runnable.
@@ -83,6 +85,9 @@ func (f *Failover) Start(ctx context.Context) error {
 func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 	logger := log.FromContext(ctx).WithValues("edge", t.Edge, "from", t.From, "to", t.To)
 	edgeHealthGauge.WithLabelValues(t.Edge).Set(healthValue(t.To))
+	if f.newWave != nil {
+		f.newWave()
+	}
 	rw := f.Routes.rewrites.begin(t.Edge, time.Now())
 	routes, moved := f.rewrite(ctx, t.Edge, rw)
 	rw.started()
@@ -96,10 +101,10 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 		switch {
 		case t.To == edge.Unhealthy:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "HealthCheck",
-				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge", t.Probe.Message, moved, len(routes))
+				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
 		case t.From == edge.Unhealthy:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "HealthCheck",
-				"edge is healthy again (%s): %d of its %d TenantRoutes move back", t.Probe.Message, moved, len(routes))
+				"edge is healthy again (%s): %d of its %d TenantRoutes move back%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
 		default:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, string(t.To), "HealthCheck", "edge is %s (%s)", t.To, t.Probe.Message)
 		}
@@ -107,6 +112,14 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 	for _, key := range routes {
 		f.Routes.enqueue(key)
 	}
+}
+
+// eventNote says, when more routes move than get their own event, how many do.
+func (f *Failover) eventNote(moved int) string {
+	if sink, ok := f.Recorder.(*eventSink); ok && int64(moved) > sink.perWave {
+		return fmt.Sprintf(" (per-route events for the first %d)", sink.perWave)
+	}
+	return ""
 }
 
 // rewrite declares the records of every TenantRoute that lists the edge, as its new
@@ -318,7 +331,7 @@ func checkOf(ep *v1.EdgeProvider) edge.Check {
 // reportActiveEdge records the route's active edge and, when it moved, why: a Warning
 // FailedOver event when its edge became unhealthy, a Normal FailedBack event when it
 // returned to its preferred edge. It sets FailedOver and EdgeHealthy.
-func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *routePlan) {
+func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *routePlan, rec events.EventRecorder) {
 	if plan.active == "" {
 		return // nothing to point at: status keeps the last active edge
 	}
@@ -343,17 +356,17 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 		now := metav1.Now()
 		switch {
 		case plan.reason == ReasonFailedOver && !r.edgeUsable(plan, old):
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "Failover",
+			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "Failover",
 				"traffic moved from %s to %s: %s", old, plan.active, why(old))
 			route.Status.LastFailoverTime = &now
 			failovers.WithLabelValues(old, plan.active).Inc()
 		case plan.reason == ReasonPreferred && plan.active == preferred:
-			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "Failover",
+			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "Failover",
 				"traffic moved back from %s to %s: %s", old, plan.active, why(plan.active))
 			route.Status.LastFailoverTime = &now
 			failovers.WithLabelValues(old, plan.active).Inc()
 		default:
-			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonActiveEdgeChanged, "Failover",
+			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonActiveEdgeChanged, "Failover",
 				"active edge changed from %s to %s (%s)", old, plan.active, plan.reason)
 		}
 	}
@@ -382,7 +395,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 		message := fmt.Sprintf("no edge is healthy: records stay on %s (fail static)", plan.active)
 		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonFailStaticEvent, message)
 		if oldHealthy == nil || oldHealthy.Reason != ReasonFailStaticEvent {
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonFailStaticEvent, "Failover", "%s", message)
+			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonFailStaticEvent, "Failover", "%s", message)
 		}
 	case h == edge.Healthy:
 		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, plan.active+" passes its health check")

@@ -73,6 +73,10 @@ var (
 		Help:    "Record changes sent by one flush of a zone's apply queue, by EdgeProvider.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 9),
 	}, []string{"provider"})
+	eventsSkipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_events_skipped_total",
+		Help: "TenantRoute events not sent, by reason and cause: failover (past the per-transition limit of per-route failover events) or budget (past the event rate budget).",
+	}, []string{"reason", "cause"})
 	failStaticRoutes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tenantroute_routes_fail_static",
 		Help: "TenantRoutes none of whose edges is healthy: their records stay on the last active edge (fail static).",
@@ -86,7 +90,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
 		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted, abandonedDeletions,
-		recordsFailing, flushSeconds, flushChanges, failStaticRoutes)
+		recordsFailing, flushSeconds, flushChanges, failStaticRoutes, eventsSkipped)
 	// Counters of known label values start at zero, so that a dashboard or an alert
 	// sees rate() = 0 rather than no series before the first event.
 	for _, outcome := range []string{"ready", "pending", "conflict", "provider_error", "deleting", "deleted"} {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/tenantroute/tenantroute-operator/edge"
@@ -48,6 +49,11 @@ type Options struct {
 	// KeepOrphans turns off the sweep that deletes, on start and at every zone resync,
 	// the records of this installation whose TenantRoute no longer exists.
 	KeepOrphans bool
+	// EventQPS and EventBurst budget TenantRoute events; FailoverEvents is how many
+	// routes get their own event per health transition (see eventSink).
+	EventQPS       float64
+	EventBurst     int
+	FailoverEvents int
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
@@ -64,19 +70,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	o.Queue.Resync = o.ZoneResync
 	accounts := NewAccounts(ctx)
-	recorder := mgr.GetEventRecorder("tenantroute-operator")
+	sink := newEventSink(mgr.GetEventRecorder("tenantroute-operator"), cmp.Or(o.EventQPS, DefaultEventQPS),
+		cmp.Or(o.EventBurst, DefaultEventBurst), cmp.Or(o.FailoverEvents, DefaultFailoverEvents))
+	var recorder events.EventRecorder = sink
 	monitor := edge.NewMonitor()
 	tenantRoutes := &TenantRouteReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
 		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour), KeepOrphans: o.KeepOrphans,
+		PendingGrace: cmp.Or(o.Queue.MaxWait, zonequeue.DefaultMaxWait) + 5*time.Second,
 	}
 	if o.DNSResolver != "" {
 		tenantRoutes.Verifier = &DomainVerifier{Resolver: o.DNSResolver,
 			Interval: cmp.Or(o.CustomDomainInterval, time.Minute), Grace: cmp.Or(o.CustomDomainGrace, time.Hour)}
 	}
 	failover := NewFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
+	failover.newWave = sink.newWave
 	monitor.OnTransition = failover.OnTransition
 	monitor.OnProbe = observeProbe
 	if err := mgr.Add(monitor); err != nil {

@@ -94,6 +94,9 @@ type operator struct {
 	dns string
 	// deletionTimeout, if set, replaces the default of 1 h.
 	deletionTimeout time.Duration
+	// failoverEvents, if set, replaces the default per-transition limit of per-route
+	// failover events.
+	failoverEvents int
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -207,7 +210,8 @@ func (o *operator) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
 		RedisKV: o.kv, KVSyncInterval: o.kvSync,
-		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second}); err != nil {
+		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,
+		FailoverEvents: o.failoverEvents}); err != nil {
 		o.t.Fatal(err)
 	}
 	done := make(chan error, 1)

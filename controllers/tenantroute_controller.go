@@ -60,6 +60,11 @@ type TenantRouteReconciler struct {
 	rewrites *rewriteTracker
 
 	owners sync.Map // owner key -> types.NamespacedName
+	// pendingSince: when each owner's records were first found pending (settle).
+	pendingSince sync.Map
+	// PendingGrace is how long a route whose records are queued keeps its status as it
+	// was before saying Pending (default: the queues' longest coalescing wait + 5 s).
+	PendingGrace time.Duration
 	// failStatic counts the routes whose every edge is unhealthy, for the gauge.
 	failStatic routeSet
 	events     chan event.GenericEvent
@@ -104,11 +109,21 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	before := route.DeepCopy()
+	// The events of the transitions are sent once the status recording them is written.
+	transitions := &eventBuffer{}
+	settling := false
 	defer func() {
+		if settling {
+			return
+		}
 		if retErr == nil {
 			route.Status.ObservedGeneration = route.Generation
 		}
-		retErr = errors.Join(retErr, patchStatus(ctx, r.Client, before, route, before.Status, route.Status))
+		err := patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
+		if err == nil {
+			transitions.send(r.Recorder)
+		}
+		retErr = errors.Join(retErr, err)
 	}()
 
 	plan, err := r.planRoute(ctx, route, false)
@@ -116,8 +131,16 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	states := r.declareRecords(route, owner, plan, nil)
-	report := r.updateStatus(route, plan, states)
+	report := r.updateStatus(route, plan, states, transitions)
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
+	if wait, ok := r.settle(owner, report.outcome); ok {
+		// The queues apply the records within their flush and report the outcome,
+		// which reconciles the route again: its status is written then, once, rather
+		// than Pending now and Ready a moment later. Still pending after the grace
+		// (a slow or failing provider), it says Pending.
+		settling = true
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if report.rejected != nil {
 		return ctrl.Result{}, report.rejected
 	}
@@ -310,6 +333,18 @@ func (r *TenantRouteReconciler) edgeReady(edge string) {
 			r.enqueue(req.NamespacedName)
 		}
 	}()
+}
+
+// settle tells whether a route whose records are pending keeps its status unwritten
+// for now, and for how long at most.
+func (r *TenantRouteReconciler) settle(owner, outcome string) (time.Duration, bool) {
+	if outcome != "pending" {
+		r.pendingSince.Delete(owner)
+		return 0, false
+	}
+	first, _ := r.pendingSince.LoadOrStore(owner, time.Now())
+	wait := r.PendingGrace - time.Since(first.(time.Time))
+	return wait, wait > 0
 }
 
 func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) {

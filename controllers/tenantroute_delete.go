@@ -107,6 +107,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)
+	r.pendingSince.Delete(owner)
 	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, false)
 	// Its records are gone: its hostnames and tenantID are free for the next claimant.
 	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -37,14 +39,14 @@ type statusReport struct {
 	rejected error
 }
 
-// updateStatus writes what the reconcile found into the route's status and emits the
-// events of its transitions.
-func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePlan, states []*edgeState) statusReport {
+// updateStatus writes what the reconcile found into the route's status and records
+// the events of its transitions in rec (sent once the status is written).
+func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePlan, states []*edgeState, rec events.EventRecorder) statusReport {
 	previous := map[string]v1.RecordState{}
 	for _, p := range route.Status.Providers {
 		previous[p.Edge] = p.State
 	}
-	r.reportActiveEdge(route, in)
+	r.reportActiveEdge(route, in, rec)
 
 	var providersStatus []v1.ProviderRecordStatus
 	var failing, pending, conflicts, rejected []string
@@ -58,13 +60,13 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		case v1.RecordsError:
 			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
 			if previous[s.edge] != v1.RecordsError {
-				r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
+				rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
 			}
 		case v1.RecordsPending:
 			pending = append(pending, s.edge)
 		default:
 			if previous[s.edge] == v1.RecordsError {
-				r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonProviderRecovery, "ApplyRecords", "%s: records in sync again", s.edge)
+				rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonProviderRecovery, "ApplyRecords", "%s: records in sync again", s.edge)
 			}
 		}
 		conflicts = append(conflicts, s.conflicts...)
@@ -86,7 +88,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 			unproven = append(unproven, c.Hostname)
 		}
 	}
-	r.reportCustomDomains(route, in.custom, unproven)
+	r.reportCustomDomains(route, in.custom, unproven, rec)
 	if in.tenant.State != v1.ClaimGranted {
 		lost = []string{in.tenant.Message + ": no hostname is granted"}
 	}
@@ -103,7 +105,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		message := strings.Join(conflicts, "; ")
 		set(v1.ConditionConflict, metav1.ConditionTrue, ReasonConflict, message)
 		if oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Message != message {
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonConflict, "ClaimHostname", "%s", message)
+			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonConflict, "ClaimHostname", "%s", message)
 		}
 	} else {
 		set(v1.ConditionConflict, metav1.ConditionFalse, ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
@@ -142,7 +144,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	default:
 		set(v1.ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("records point at %s in every provider", in.active))
 		if oldReady == nil || oldReady.Status != metav1.ConditionTrue {
-			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonReady, "ApplyRecords", "records point at %s in every provider", in.active)
+			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonReady, "ApplyRecords", "records point at %s in every provider", in.active)
 		}
 	}
 	if len(rejected) > 0 {
@@ -158,7 +160,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 
 // reportCustomDomains records the custom domains' proofs, with a condition, and an
 // event when a domain is verified or loses its proof.
-func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custom []v1.CustomDomainStatus, unproven []string) {
+func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custom []v1.CustomDomainStatus, unproven []string, rec events.EventRecorder) {
 	before := map[string]v1.CustomDomainStatus{}
 	for _, c := range route.Status.CustomDomains {
 		before[c.Hostname] = c
@@ -167,10 +169,10 @@ func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custo
 		old, seen := before[c.Hostname]
 		switch {
 		case c.Message == "" && c.VerifiedAt != nil && (!seen || old.VerifiedAt == nil):
-			r.Recorder.Eventf(route, nil, corev1.EventTypeNormal, ReasonDomainVerified, "VerifyDomain",
+			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonDomainVerified, "VerifyDomain",
 				"%s: proof of control found; the domain is routed", c.Hostname)
 		case c.Message != "" && c.VerifiedAt != nil && seen && old.Message == "":
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDomainUnverified, "VerifyDomain",
+			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonDomainUnverified, "VerifyDomain",
 				"%s lost its proof of control: %s", c.Hostname, c.Message)
 		}
 	}
@@ -214,4 +216,23 @@ func previousCondition(conds []metav1.Condition, typ string) *metav1.Condition {
 		return &prev
 	}
 	return nil
+}
+
+// eventBuffer holds the events of one reconcile until its status is written.
+type eventBuffer struct {
+	events []func(events.EventRecorder)
+}
+
+// Eventf implements events.EventRecorder.
+func (b *eventBuffer) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	b.events = append(b.events, func(rec events.EventRecorder) {
+		rec.Eventf(regarding, related, eventtype, reason, action, note, args...)
+	})
+}
+
+func (b *eventBuffer) send(rec events.EventRecorder) {
+	for _, e := range b.events {
+		e(rec)
+	}
+	b.events = nil
 }

@@ -10,33 +10,18 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/internal/testenv"
-	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
-	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
-	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
+	"github.com/tenantroute/tenantroute-operator/internal/harness"
 )
 
 // Config of one run.
@@ -111,31 +96,14 @@ func (r Report) String() string {
 		r.DeletedLeft, r.NotReady, r.Cloudflare, r.Route53, r.OrphanSample)
 }
 
-const (
-	zoneName = "auth.example.com"
-	opNS     = "tenantroute-system"
-	routesNS = "tenants"
-	cfToken  = "fault-token"
-	awsKey   = "AKIAFAULT"
-	awsSec   = "fault-secret"
-)
+const zoneName = "auth.example.com"
 
-// world is the API server, the emulators and the manager process of one run.
+// world is the harness and the manager of one run.
 type world struct {
-	cfg        Config
-	env        *envtest.Environment
-	k8s        client.Client
-	kubeconfig string
-	cf         *cfemulator.Emulator
-	cfZone     string
-	r53        *r53emulator.Emulator
-	r53Zone    string
-	rng        *rand.Rand
-	runs       int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd exited
+	cfg Config
+	*harness.World
+	mgr *harness.Manager
+	rng *rand.Rand
 }
 
 // Run runs the whole scenario.
@@ -146,33 +114,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Log == nil {
 		cfg.Log = func(string, ...any) {}
 	}
-	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0))}
 	rep := Report{Seed: cfg.Seed, ManagerLogs: cfg.Dir}
-	env, restCfg, err := testenv.Start()
+	hw, err := harness.Start(ctx, cfg.Dir, []string{zoneName})
 	if err != nil {
 		return rep, err
 	}
-	defer func() { _ = env.Stop() }()
-	w.env = env
-	if w.k8s, err = client.New(restCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		return rep, err
-	}
-	user, err := env.AddUser(envtest.User{Name: "manager", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return rep, err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return rep, err
-	}
-	w.kubeconfig = filepath.Join(cfg.Dir, "kubeconfig")
-	if err := os.WriteFile(w.kubeconfig, kc, 0o600); err != nil {
-		return rep, err
-	}
-	if err := w.setUp(ctx); err != nil {
-		return rep, err
-	}
-	defer w.stop(syscall.SIGKILL)
+	defer hw.Stop()
+	w := &world{cfg: cfg, World: hw, rng: rand.New(rand.NewPCG(cfg.Seed, 0)),
+		mgr: &harness.Manager{Binary: cfg.Manager, Kubeconfig: hw.Kubeconfig, Dir: cfg.Dir}}
+	defer w.mgr.Stop(syscall.SIGKILL)
 
 	names := make([]string, cfg.Routes)
 	for i := range names {
@@ -207,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	// The clean run, without injected faults.
 	time.Sleep(w.cfg.OutageAtStart)
-	w.setOutage(false)
+	w.SetOutage(false)
 	if err := w.start(!cfg.Sweep); err != nil {
 		return rep, err
 	}
@@ -234,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	rep.SettledIn = time.Since(start)
-	w.stop(syscall.SIGTERM)
+	w.mgr.Stop(syscall.SIGTERM)
 	return rep, nil
 }
 
@@ -242,9 +192,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // SIGKILL at a random moment.
 func (w *world) killedRun(ctx context.Context, phase string, work func(context.Context) error) error {
 	if d := w.cfg.OutageAtStart; d > 0 {
-		w.setOutage(true)
+		w.SetOutage(true)
 		outage := time.Duration(w.rng.Int64N(int64(d)))
-		time.AfterFunc(outage, func() { w.setOutage(false) })
+		time.AfterFunc(outage, func() { w.SetOutage(false) })
 	}
 	// With the sweep off here too, a record a killed run orphaned stays to be counted
 	// rather than being swept by the next run.
@@ -260,149 +210,26 @@ func (w *world) killedRun(ctx context.Context, phase string, work func(context.C
 	case <-time.After(after):
 	}
 	w.cfg.Log("%s: SIGKILL %s after start", phase, after.Round(time.Millisecond))
-	w.stop(syscall.SIGKILL)
+	w.mgr.Stop(syscall.SIGKILL)
 	return <-errc
 }
 
-func (w *world) setOutage(on bool) {
-	w.cf.SetFaults(emulatorkit.Faults{Outage: on})
-	w.r53.SetFaults(emulatorkit.Faults{Outage: on})
-}
-
-func (w *world) setUp(ctx context.Context) error {
-	w.cf = cfemulator.New(cfToken)
-	w.cfZone = w.cf.AddZone(zoneName)
-	w.r53 = r53emulator.New(awsKey, awsSec)
-	w.r53Zone = w.r53.AddZone(zoneName)
-	cfURL, err := serve(w.cf)
-	if err != nil {
-		return err
-	}
-	r53URL, err := serve(w.r53)
-	if err != nil {
-		return err
-	}
-	probe, err := serve(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	if err != nil {
-		return err
-	}
-	check := v1.HealthCheck{URL: probe + "/healthz", Interval: metav1.Duration{Duration: 2 * time.Second},
-		Timeout: metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 2,
-		FailbackHoldDown: metav1.Duration{Duration: 30 * time.Second}}
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNS}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: routesNS}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloudflare-token", Namespace: opNS}, StringData: map[string]string{"token": cfToken}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-credentials", Namespace: opNS},
-			StringData: map[string]string{"access-key-id": awsKey, "secret-access-key": awsSec}},
-		&v1.Region{ObjectMeta: metav1.ObjectMeta{Name: "eu"}, Spec: v1.RegionSpec{Backends: []v1.Backend{{URL: "http://127.0.0.1:1"}}}},
-		&v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: "cloudflare"}, Spec: v1.EdgeProviderSpec{
-			Zones:       []v1.Zone{{Name: zoneName}},
-			Cloudflare:  &v1.CloudflareProvider{APITokenSecretRef: v1.SecretKeyReference{Name: "cloudflare-token", Key: "token"}, BaseURL: cfURL + "/client/v4/"},
-			Edge:        v1.EdgeTarget{Target: "{{ .Hostname }}.cdn.cloudflare.net"},
-			HealthCheck: check}},
-		&v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: "aws"}, Spec: v1.EdgeProviderSpec{
-			Zones:       []v1.Zone{{Name: zoneName}},
-			Route53:     &v1.Route53Provider{Endpoint: r53URL, CredentialsSecretRef: &v1.SecretReference{Name: "aws-credentials"}},
-			Edge:        v1.EdgeTarget{Target: "edge-aws.example.net"},
-			HealthCheck: check}},
-	}
-	for _, o := range objs {
-		if err := w.k8s.Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
-		}
-	}
-	return nil
-}
-
-// serve serves h on a local port for the life of the process.
-func serve(h http.Handler) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
-	srv.Start()
-	return srv.URL, nil
-}
-
 func (w *world) start(keepOrphans bool) error {
-	w.runs++
-	logf, err := os.Create(filepath.Join(w.cfg.Dir, fmt.Sprintf("manager-%02d.log", w.runs)))
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(w.cfg.Manager, "--namespace", opNS, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "127.0.0.1:0", "--proxy-bind-address", "0", "--lookup-bind-address", "0",
-		"--dns-resolver", "", fmt.Sprintf("--sweep-orphans=%t", !keepOrphans))
-	cmd.Args = append(cmd.Args, w.cfg.ManagerArgs...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting the manager: %w", err)
-	}
-	done := make(chan struct{})
-	w.mu.Lock()
-	w.cmd, w.done = cmd, done
-	w.mu.Unlock()
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	return nil
-}
-
-func (w *world) stop(sig syscall.Signal) {
-	w.mu.Lock()
-	cmd, done := w.cmd, w.done
-	w.cmd = nil
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	<-done
+	return w.mgr.Start(append([]string{fmt.Sprintf("--sweep-orphans=%t", !keepOrphans)}, w.cfg.ManagerArgs...)...)
 }
 
 func (w *world) createRoutes(ctx context.Context, names []string) error {
-	return parallel(names, func(n string) error {
-		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: routesNS}, Spec: v1.TenantRouteSpec{
-			TenantID: n, Region: "eu", Hostnames: []string{n + "." + zoneName}, Edges: []string{"cloudflare", "aws"}, TTL: 60}}
-		if err := w.k8s.Create(ctx, tr); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating TenantRoute %s: %w", n, err)
-		}
-		return nil
-	})
+	return w.CreateRoutes(ctx, names, func(n string) string { return n + "." + zoneName })
 }
 
 func (w *world) deleteRoutes(ctx context.Context, names []string) error {
-	return parallel(names, func(n string) error {
-		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: routesNS}}
-		if err := w.k8s.Delete(ctx, tr); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting TenantRoute %s: %w", n, err)
-		}
-		return nil
-	})
-}
-
-func parallel(names []string, f func(string) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, 32)
-	for i, n := range names {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = f(n)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return w.DeleteRoutes(ctx, names)
 }
 
 // count fills rep with what the API and the providers hold now.
 func (w *world) count(ctx context.Context, remaining, doomed []string, rep *Report) error {
 	var list v1.TenantRouteList
-	if err := w.k8s.List(ctx, &list, client.InNamespace(routesNS)); err != nil {
+	if err := w.Client.List(ctx, &list, client.InNamespace(harness.RoutesNamespace)); err != nil {
 		return err
 	}
 	exists := map[string]*v1.TenantRoute{}
@@ -429,11 +256,11 @@ func (w *world) count(ctx context.Context, remaining, doomed []string, rep *Repo
 			rep.OrphanSample = append(rep.OrphanSample, provider+" "+typ+" "+name)
 		}
 	}
-	for _, r := range w.cf.Records(w.cfZone) {
+	for _, r := range w.CF.Records(w.CFZones[zoneName]) {
 		cfNames = append(cfNames, strings.ToLower(r.Name))
 		sample("cloudflare", r.Type, r.Name)
 	}
-	for _, rs := range w.r53.RecordSets(w.r53Zone) {
+	for _, rs := range w.R53.RecordSets(w.R53Zones[zoneName]) {
 		if rs.Type == "SOA" || rs.Type == "NS" {
 			continue
 		}

@@ -1,0 +1,360 @@
+// Package scale measures the operator at N TenantRoutes spread over several zones, as
+// hack/bench-scale.sh runs it: the manager binary as its own process with default
+// flags, a real API server (internal/harness), both provider emulators with their real
+// rate limits. From the manager's start it times every record converged and every
+// route Ready, then a failover of every route (records moved, statuses updated),
+// counts the API writes and provider calls of each phase and of a steady minute, and
+// reads the manager's peak memory and CPU time from /proc.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/harness"
+)
+
+// Config of one run.
+type Config struct {
+	Manager     string
+	Routes      int
+	Zones       int
+	Steady      time.Duration // how long steady state is watched
+	Timeout     time.Duration // bound of each phase
+	Dir         string
+	ManagerArgs []string
+	Log         func(format string, args ...any)
+}
+
+// Writes counts the API server's write requests by what they wrote.
+type Writes struct {
+	StatusPatches   int // TenantRoute status
+	RouteWrites     int // TenantRoute metadata and spec (finalizers)
+	Events          int // events created or updated
+	EdgeStatus      int // EdgeProvider status
+	Other           int
+	ProviderWrites  int // batch requests to Cloudflare plus change batches to Route53
+	CloudflareCalls int
+	Route53Calls    int
+}
+
+func (w Writes) String() string {
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d, route53 %d)",
+		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.Route53Calls)
+}
+
+// Report of one run; times are from the manager's start, or from the edge going down.
+type Report struct {
+	Routes, Zones     int
+	RecordsConverged  time.Duration
+	AllReady          time.Duration
+	Sync              Writes
+	FailoverRecords   time.Duration
+	FailoverStatus    time.Duration
+	Failover          Writes
+	Steady            Writes
+	SteadyFor         time.Duration
+	PeakRSSMiB        float64
+	CPUSeconds        float64
+	CloudflareMinimum int
+	Route53Minimum    int
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf(`%d TenantRoutes over %d zones
+  initial sync: records converged %.1f s, all Ready %.1f s; %s
+    provider calls against the minimum: cloudflare %d / %d, route53 %d / %d
+  failover of every route: records moved %.1f s, statuses updated %.1f s; %s
+  steady state, %s: %s
+  manager: peak RSS %.0f MiB, CPU %.1f s`,
+		r.Routes, r.Zones, r.RecordsConverged.Seconds(), r.AllReady.Seconds(), r.Sync,
+		r.Sync.CloudflareCalls, r.CloudflareMinimum, r.Sync.Route53Calls, r.Route53Minimum,
+		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), r.Failover, r.SteadyFor, r.Steady,
+		r.PeakRSSMiB, r.CPUSeconds)
+}
+
+type run struct {
+	cfg   Config
+	w     *harness.World
+	mgr   *harness.Manager
+	zones []string
+	names []string
+	host  func(string) string
+	api   *http.Client
+}
+
+// Run runs the whole measurement.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	rep := Report{Routes: cfg.Routes, Zones: cfg.Zones, SteadyFor: cfg.Steady}
+	r := &run{cfg: cfg}
+	for i := range cfg.Zones {
+		r.zones = append(r.zones, fmt.Sprintf("z%02d.example.com", i))
+	}
+	zoneOf := map[string]string{}
+	for i := range cfg.Routes {
+		n := fmt.Sprintf("t%06d", i)
+		r.names = append(r.names, n)
+		zoneOf[n] = r.zones[i%cfg.Zones]
+	}
+	r.host = func(n string) string { return n + "." + zoneOf[n] }
+	w, err := harness.Start(ctx, cfg.Dir, r.zones)
+	if err != nil {
+		return rep, err
+	}
+	defer w.Stop()
+	r.w = w
+	if r.api, err = rest.HTTPClientFor(w.Config); err != nil {
+		return rep, err
+	}
+	cfg.Log("creating %d TenantRoutes", cfg.Routes)
+	if err := w.CreateRoutes(ctx, r.names, r.host); err != nil {
+		return rep, err
+	}
+	perZone := (cfg.Routes + cfg.Zones - 1) / cfg.Zones
+	// Cloudflare: a listing and batches of 200 per zone. Route53: a listing per zone and
+	// change batches of 1,000 records, each create an UPSERT of the set and of its
+	// ownership record, an UPSERT counting twice.
+	rep.CloudflareMinimum = cfg.Zones * (1 + (perZone+199)/200)
+	rep.Route53Minimum = cfg.Zones * (1 + (4*perZone+999)/1000)
+
+	r.mgr = &harness.Manager{Binary: cfg.Manager, Kubeconfig: w.Kubeconfig, Dir: cfg.Dir}
+	before, err := r.apiWrites(ctx)
+	if err != nil {
+		return rep, err
+	}
+	w.CF.ResetCounters()
+	w.R53.ResetCounters()
+	start := time.Now()
+	if err := r.mgr.Start(cfg.ManagerArgs...); err != nil {
+		return rep, err
+	}
+	defer r.mgr.Stop(syscall.SIGTERM)
+
+	cfg.Log("manager started: waiting for the records and the statuses")
+	if rep.RecordsConverged, rep.AllReady, err = r.waitBoth(ctx, start, r.onEdge(false), func(tr *v1.TenantRoute) bool {
+		return tr.Status.ObservedGeneration == tr.Generation && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
+	}); err != nil {
+		return rep, err
+	}
+	if rep.Sync, err = r.writesSince(ctx, before); err != nil {
+		return rep, err
+	}
+	cfg.Log("synced: records %.1f s, Ready %.1f s", rep.RecordsConverged.Seconds(), rep.AllReady.Seconds())
+
+	// Steady state: nothing changes, nothing should be written.
+	time.Sleep(10 * time.Second) // the last events and statuses of the sync land
+	if before, err = r.apiWrites(ctx); err != nil {
+		return rep, err
+	}
+	w.CF.ResetCounters()
+	w.R53.ResetCounters()
+	time.Sleep(cfg.Steady)
+	if rep.Steady, err = r.writesSince(ctx, before); err != nil {
+		return rep, err
+	}
+	cfg.Log("steady: %s", rep.Steady)
+
+	// Failover: the Cloudflare edge fails; every route moves to AWS.
+	if before, err = r.apiWrites(ctx); err != nil {
+		return rep, err
+	}
+	w.CF.ResetCounters()
+	w.R53.ResetCounters()
+	down := time.Now()
+	w.CFUp.Store(false)
+	if rep.FailoverRecords, rep.FailoverStatus, err = r.waitBoth(ctx, down, r.onEdge(true), func(tr *v1.TenantRoute) bool {
+		return tr.Status.ActiveEdge == harness.AWSEdge && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
+	}); err != nil {
+		return rep, err
+	}
+	time.Sleep(5 * time.Second)
+	if rep.Failover, err = r.writesSince(ctx, before); err != nil {
+		return rep, err
+	}
+	cfg.Log("failover: records %.1f s, statuses %.1f s", rep.FailoverRecords.Seconds(), rep.FailoverStatus.Seconds())
+	rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID())
+	return rep, nil
+}
+
+// waitBoth waits until records(...) and every route passes routeOK, and returns when
+// each first held, from t0.
+func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, routeOK func(*v1.TenantRoute) bool) (time.Duration, time.Duration, error) {
+	var recordsAt, routesAt time.Duration
+	deadline := t0.Add(r.cfg.Timeout)
+	lastList := time.Time{}
+	for recordsAt == 0 || routesAt == 0 {
+		if time.Now().After(deadline) {
+			return recordsAt, routesAt, fmt.Errorf("not done after %s (records after %s, routes after %s)", r.cfg.Timeout, recordsAt, routesAt)
+		}
+		if recordsAt == 0 && records() {
+			recordsAt = time.Since(t0)
+		}
+		// Listing every route is itself work for the API server: every 2 s.
+		if routesAt == 0 && time.Since(lastList) > 2*time.Second {
+			lastList = time.Now()
+			var list v1.TenantRouteList
+			if err := r.w.Client.List(ctx, &list, client.InNamespace(harness.RoutesNamespace)); err != nil {
+				return 0, 0, err
+			}
+			ok := len(list.Items) == len(r.names)
+			for i := range list.Items {
+				ok = ok && routeOK(&list.Items[i])
+			}
+			if ok {
+				routesAt = time.Since(t0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return recordsAt, routesAt, nil
+}
+
+// onEdge checks that both providers hold one record per route pointing at the
+// Cloudflare edge, or at the AWS edge.
+func (r *run) onEdge(aws bool) func() bool {
+	return func() bool {
+		cf := map[string]string{}
+		for _, z := range r.zones {
+			for _, rec := range r.w.CF.Records(r.w.CFZones[z]) {
+				cf[rec.Name] = rec.Content
+			}
+		}
+		r53 := map[string]string{}
+		for _, z := range r.zones {
+			for _, rs := range r.w.R53.RecordSets(r.w.R53Zones[z]) {
+				if rs.Type == "CNAME" && len(rs.Values) == 1 {
+					r53[strings.TrimSuffix(rs.Name, ".")] = strings.TrimSuffix(rs.Values[0], ".")
+				}
+			}
+		}
+		for _, n := range r.names {
+			h := r.host(n)
+			want := h + ".cdn.cloudflare.net"
+			if aws {
+				want = harness.AWSEdgeTarget
+			}
+			if cf[h] != want || r53[h] != want {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+type apiCounts map[string]float64
+
+// apiWrites reads the API server's count of write requests by resource.
+func (r *run) apiWrites(ctx context.Context) (apiCounts, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.w.Config.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.api.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	counts := apiCounts{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		l := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+		default:
+			continue
+		}
+		key := l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		counts[key] += m.GetCounter().GetValue()
+	}
+	return counts, nil
+}
+
+func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error) {
+	after, err := r.apiWrites(ctx)
+	if err != nil {
+		return Writes{}, err
+	}
+	var w Writes
+	for key, n := range after {
+		d := int(n - before[key])
+		switch key {
+		case "tenantroutes/status":
+			w.StatusPatches += d
+		case "tenantroutes":
+			w.RouteWrites += d
+		case "events":
+			w.Events += d
+		case "edgeproviders/status":
+			w.EdgeStatus += d
+		default:
+			w.Other += d
+		}
+	}
+	cf, r53 := r.w.CF.Counters(), r.w.R53.Counters()
+	for _, n := range cf {
+		w.CloudflareCalls += n
+	}
+	for _, n := range r53 {
+		w.Route53Calls += n
+	}
+	w.ProviderWrites = cf["POST /zones/{id}/dns_records/batch"] + r53["POST /2013-04-01/hostedzone/{Id}/rrset"]
+	return w, nil
+}
+
+// usage reads a process' peak resident memory (VmHWM) and its CPU time from /proc.
+func usage(pid int) (peakMiB, cpuSeconds float64) {
+	if pid == 0 {
+		return 0, 0
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				peakMiB = kb / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name (which may hold spaces): utime is the 14th
+		// field of the line, stime the 15th, in clock ticks (100 per second on Linux).
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b)[i+2:])
+			if len(f) > 12 {
+				u, _ := strconv.ParseFloat(f[11], 64)
+				s, _ := strconv.ParseFloat(f[12], 64)
+				cpuSeconds = (u + s) / 100
+			}
+		}
+	}
+	return peakMiB, cpuSeconds
+}
