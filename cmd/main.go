@@ -97,6 +97,9 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	c.chain.Observe = proxy.ObserveLayer
+	if limit := setMemoryLimit(os.ReadFile); limit > 0 {
+		ctrl.Log.Info("Go memory limit set from the container's", "bytes", limit)
+	}
 
 	ctx := ctrl.SetupSignalHandler()
 	var err error
