@@ -41,6 +41,7 @@ type config struct {
 	mode           string
 	metricsAddr    string
 	probeAddr      string
+	pprofAddr      string
 	leaderElection bool
 	secureMetrics  bool
 	apiQPS         float64
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&c.mode, "mode", "all", "all: controllers, health checks and the embedded proxy; proxy: the proxy alone (needs --lookup-url).")
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&c.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof/ profiles (heap, CPU), for diagnosing memory and CPU use; 0 (the default) disables it. Bind it to localhost or keep it off the Service: profiles are not authenticated.")
 	flag.BoolVar(&c.leaderElection, "leader-elect", false, "Elect a leader so that only one replica reconciles and probes at a time.")
 	flag.BoolVar(&c.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, authenticating and authorising scrapers with TokenReview and SubjectAccessReview.")
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", 200, "Requests per second to the Kubernetes API server (client-go's default of 20 would take minutes to report on 10,000 TenantRoutes).")
@@ -137,6 +139,7 @@ func runAll(ctx context.Context, c config) error {
 			// reads them (updates of cached objects leave the server's as they are).
 			DefaultTransform: cache.TransformStripManagedFields()},
 		HealthProbeBindAddress:        c.probeAddr,
+		PprofBindAddress:              c.pprofAddr,
 		LeaderElection:                c.leaderElection,
 		LeaderElectionID:              "tenantroute-operator.routing.tenantroute.io",
 		LeaderElectionReleaseOnCancel: true,

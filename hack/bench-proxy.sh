@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures the proxy against nginx side by side: same Go backend (512-byte answers),
-# same load generator (wrk -t1 -c50), and prints throughput, p99 and the ratios.
+# same load generator (wrk -t1 -c50), and prints throughput, p99, CPU per request and
+# the ratios.
 # Needs nginx and wrk (apt-get install nginx wrk).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +16,7 @@ trap cleanup EXIT
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
 "${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 & pids+=($!)
+proxy_pid=$!
 cat > "${work}/nginx.conf" <<NGINX
 worker_processes auto;
 pid ${work}/nginx.pid;
@@ -37,14 +39,24 @@ http {
 NGINX
 nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
 sleep 1
+mapfile -t nginx_workers < <(pgrep -P "${pids[-1]}")
 
-measure() { # name url
-  wrk -t1 -c50 -d2s -H 'Host: bench.example.com' "$2" >/dev/null # warm up
-  wrk -t1 -c50 -d"${duration}" --latency -H 'Host: bench.example.com' "$2" > "${work}/$1.txt"
-  local rps p99
-  rps=$(awk '/Requests\/sec/ {print $2}' "${work}/$1.txt")
-  p99=$(awk '$1 == "99%" {print $2}' "${work}/$1.txt")
-  echo "$1 ${rps} ${p99}"
+# CPU time (user + system, in clock ticks) of the processes whose pids are given.
+ticks() { local t=0 p; for p in "$@"; do t=$(( t + $(awk '{print $14 + $15}' "/proc/${p}/stat") )); done; echo "${t}"; }
+hz=$(getconf CLK_TCK)
+
+measure() { # name url pids...
+  local name=$1 url=$2; shift 2
+  wrk -t1 -c50 -d2s -H 'Host: bench.example.com' "${url}" >/dev/null # warm up
+  local before; before=$(ticks "$@")
+  wrk -t1 -c50 -d"${duration}" --latency -H 'Host: bench.example.com' "${url}" > "${work}/${name}.txt"
+  local rps p99 requests cpu
+  cpu=$(( $(ticks "$@") - before ))
+  rps=$(awk '/Requests\/sec/ {print $2}' "${work}/${name}.txt")
+  p99=$(awk '$1 == "99%" {print $2}' "${work}/${name}.txt")
+  requests=$(awk '/requests in/ {print $1}' "${work}/${name}.txt")
+  # CPU per request: a steadier measure than throughput on a machine whose speed drifts.
+  echo "${name} ${rps} ${p99} $(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
 }
 to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) { sub(/us/,"",v); print v/1000 } else if (v ~ /ms$/) { sub(/ms/,"",v); print v } else { sub(/s/,"",v); print v*1000 } }'; }
 
@@ -53,18 +65,20 @@ to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) { sub(/us/,"",v); print v/1000 }
 rounds="${ROUNDS:-3}"
 : > "${work}/results"
 for _ in $(seq "${rounds}"); do
-  measure nginx http://127.0.0.1:19003/ >> "${work}/results"
-  measure proxy http://127.0.0.1:19002/ >> "${work}/results"
+  measure nginx http://127.0.0.1:19003/ "${nginx_workers[@]}" >> "${work}/results"
+  measure proxy http://127.0.0.1:19002/ "${proxy_pid}" >> "${work}/results"
 done
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 nginx_rps=$(awk '$1 == "nginx" { print $2 }' "${work}/results" | median)
 proxy_rps=$(awk '$1 == "proxy" { print $2 }' "${work}/results" | median)
 nginx_ms=$(awk '$1 == "nginx" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
 proxy_ms=$(awk '$1 == "proxy" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
-echo "each run (name, requests/s, p99):"
+nginx_cpu=$(awk '$1 == "nginx" { print $4 }' "${work}/results" | median)
+proxy_cpu=$(awk '$1 == "proxy" { print $4 }' "${work}/results" | median)
+echo "each run (name, requests/s, p99, CPU us per request):"
 sed 's/^/  /' "${work}/results"
-printf 'median of %s rounds: %-18s %12s %10s\n' "${rounds}" "" "requests/s" "p99"
-printf '%-18s %12s %9sms\n' "nginx" "${nginx_rps}" "${nginx_ms}"
-printf '%-18s %12s %9sms\n' "tenantroute proxy" "${proxy_rps}" "${proxy_ms}"
-awk -v a="${proxy_rps}" -v b="${nginx_rps}" -v c="${proxy_ms}" -v d="${nginx_ms}" \
-  'BEGIN { printf "throughput ratio proxy/nginx: %.2fx   p99 ratio proxy/nginx: %.2fx\n", a/b, c/d }'
+printf 'median of %s rounds: %12s %10s %16s\n' "${rounds}" "requests/s" "p99" "CPU us/request"
+printf '%-20s %12s %8sms %16s\n' "nginx" "${nginx_rps}" "${nginx_ms}" "${nginx_cpu}"
+printf '%-20s %12s %8sms %16s\n' "tenantroute proxy" "${proxy_rps}" "${proxy_ms}" "${proxy_cpu}"
+awk -v a="${proxy_rps}" -v b="${nginx_rps}" -v c="${proxy_ms}" -v d="${nginx_ms}" -v e="${proxy_cpu}" -v f="${nginx_cpu}" \
+  'BEGIN { printf "throughput ratio proxy/nginx: %.2fx   p99 ratio proxy/nginx: %.2fx   CPU per request proxy/nginx: %.2fx\n", a/b, c/d, e/f }'

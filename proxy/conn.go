@@ -13,12 +13,21 @@ import (
 // download) is not. An explicit deadline (fasthttp's header and keep-alive limits, a
 // tunnel's own clock) holds as set. A tunnel reads and writes on two goroutines, so
 // each direction keeps its own state.
+//
+// The idle deadline is moved per connection, not per operation: it is set a slack
+// (1/16 of the timeout) beyond the timeout and moved again only once less than the
+// timeout is left, so a stalled peer is cut between idle and idle+slack after its last
+// progress, and a busy connection resets its timer once per slack instead of on every
+// read and write (each reset locks the descriptor's poller and moves a runtime timer).
 type idleConn struct {
 	net.Conn
 	readIdle, writeIdle time.Duration
 	readHard, writeHard atomic.Bool
-	closed              atomic.Bool
-	onClose             func()
+	// readUntil and writeUntil: the idle deadline set last (Unix nanoseconds), 0 when
+	// an explicit deadline replaced it.
+	readUntil, writeUntil atomic.Int64
+	closed                atomic.Bool
+	onClose               func()
 	// linger, if set, closes in two steps, as nginx's lingering close and Go's
 	// server do: first the write side (FIN after the answer), then, after what the
 	// peer still sends was read for up to linger, the socket. Closing a socket with
@@ -37,31 +46,46 @@ func newIdleConn(c net.Conn, readIdle, writeIdle time.Duration, onClose func()) 
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	if !c.readHard.Load() {
-		_ = c.Conn.SetReadDeadline(time.Now().Add(c.readIdle))
+		c.moveIdle(&c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
 	}
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	if !c.writeHard.Load() {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.writeIdle))
+		c.moveIdle(&c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
 	}
 	return c.Conn.Write(b)
 }
 
+// moveIdle sets the idle deadline again once less than idle is left of it.
+func (c *idleConn) moveIdle(until *atomic.Int64, idle time.Duration, set func(time.Time) error) {
+	now := time.Now()
+	if until.Load()-now.UnixNano() >= int64(idle) {
+		return
+	}
+	deadline := now.Add(idle + idle/16)
+	until.Store(deadline.UnixNano())
+	_ = set(deadline)
+}
+
 func (c *idleConn) SetReadDeadline(t time.Time) error {
 	c.readHard.Store(!t.IsZero())
+	c.readUntil.Store(0)
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) SetWriteDeadline(t time.Time) error {
 	c.writeHard.Store(!t.IsZero())
+	c.writeUntil.Store(0)
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
 	c.readHard.Store(!t.IsZero())
 	c.writeHard.Store(!t.IsZero())
+	c.readUntil.Store(0)
+	c.writeUntil.Store(0)
 	return c.Conn.SetDeadline(t)
 }
 
