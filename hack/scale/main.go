@@ -10,10 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/tenantroute/tenantroute-operator/internal/scale"
 )
 
 func main() {
+	ctrllog.SetLogger(logr.Discard()) // the route watch's informer logs nothing worth reading here
 	cfg := scale.Config{}
 	flag.StringVar(&cfg.Manager, "manager", "bin/manager", "the manager binary")
 	flag.IntVar(&cfg.Routes, "routes", 10000, "TenantRoutes, one hostname each")

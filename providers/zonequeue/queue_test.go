@@ -252,3 +252,64 @@ func TestHeldBackOwnersGoOutAfterThreeMaxWaits(t *testing.T) {
 		t.Errorf("an old desire under a trickle: due %t, full flush %t; want both", due, quiet)
 	}
 }
+
+// A route declares an empty desire in every zone of its EdgeProviders so that records
+// left by an earlier spec go. In a zone where the owner has no record, that desire is
+// answered at once and not kept (10 zones would otherwise keep 10 owners per route);
+// where it has records, before the zone was first listed as well, they are deleted.
+func TestEmptyDesiresAreKeptOnlyWhereTheOwnerHasRecords(t *testing.T) {
+	mem, q, _ := setup()
+	q.Desire("a", cname("a.example.com"))
+	q.Desire("b", cname("b.example.com"))
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restarted operator: a new queue that has not listed the zone yet.
+	n := &notes{got: map[string]Outcome{}}
+	q2 := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{}, n.record)
+	if out := q2.Desire("a", nil); out.Synced {
+		t.Fatalf("before the first listing, an empty desire was answered synced: %+v", out)
+	}
+	if out := q2.Desire("never", nil); out.Synced {
+		t.Fatalf("before the first listing, an unknown owner's empty desire was answered synced: %+v", out)
+	}
+	if err := q2.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, left := mem.records[providers.Key{Name: "a.example.com", Type: "CNAME"}]; left {
+		t.Fatal("a's record was not deleted")
+	}
+	if out, _ := n.of("a"); !out.Synced || out.Records != 0 {
+		t.Errorf("a after its deletion: %+v", out)
+	}
+	if owners := q2.Owners(); len(owners) != 0 {
+		t.Errorf("owners kept with nothing wanted and nothing left: %v", owners)
+	}
+
+	// Listed now: an owner without records here is answered at once, not kept, and
+	// costs no flush.
+	before := mem.changes
+	for i := range 1000 {
+		if out := q2.Desire(fmt.Sprintf("elsewhere%d", i), nil); !out.Synced || out.Records != 0 {
+			t.Fatalf("an owner without records here: %+v", out)
+		}
+	}
+	if owners := q2.Owners(); len(owners) != 0 {
+		t.Errorf("%d owners kept for empty desires", len(owners))
+	}
+	_ = q2.Flush(context.Background())
+	if mem.changes != before {
+		t.Error("empty desires of owners without records wrote")
+	}
+
+	// b had a record at the listing and was never declared to this queue: its empty
+	// desire is kept and its record deleted.
+	if out := q2.Desire("b", nil); out.Synced {
+		t.Fatalf("b has a record here, yet its empty desire was answered synced: %+v", out)
+	}
+	_ = q2.Flush(context.Background())
+	if _, left := mem.records[providers.Key{Name: "b.example.com", Type: "CNAME"}]; left {
+		t.Fatal("b's record was not deleted")
+	}
+}
