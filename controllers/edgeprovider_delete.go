@@ -110,7 +110,9 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 			owners[owner] = true
 		}
 		for owner := range owners {
-			out := q.Desire(owner, nil)
+			// Retract, not an empty Desire: these owners have or may have records here,
+			// whatever the queue saw at its last listing.
+			out := q.Retract(owner)
 			if out.Err != nil && providers.IsPermanent(out.Err) {
 				return 0, fmt.Sprintf("zone %s: %s; the annotation %s: %s leaves the records in place",
 					q.Zone().Name, errorSummary(out.Err), v1.DeletionPolicyAnnotation, v1.DeletionPolicyOrphan), nil

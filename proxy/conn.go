@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -23,11 +24,15 @@ type idleConn struct {
 	net.Conn
 	readIdle, writeIdle time.Duration
 	readHard, writeHard atomic.Bool
-	// readUntil and writeUntil: the idle deadline set last (Unix nanoseconds), 0 when
-	// an explicit deadline replaced it.
+	// readUntil and writeUntil: the idle deadline set last, as an offset from epoch on
+	// the monotonic clock; 0 when an explicit deadline replaced it.
 	readUntil, writeUntil atomic.Int64
-	closed                atomic.Bool
-	onClose               func()
+	// readMu and writeMu order a move of the idle deadline with an explicit deadline set
+	// from another goroutine (the handler stopping a body sender), which must not be
+	// overwritten.
+	readMu, writeMu sync.Mutex
+	closed          atomic.Bool
+	onClose         func()
 	// linger, if set, closes in two steps, as nginx's lingering close and Go's
 	// server do: first the write side (FIN after the answer), then, after what the
 	// peer still sends was read for up to linger, the socket. Closing a socket with
@@ -46,42 +51,60 @@ func newIdleConn(c net.Conn, readIdle, writeIdle time.Duration, onClose func()) 
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	if !c.readHard.Load() {
-		c.moveIdle(&c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
+		moveIdle(&c.readMu, &c.readHard, &c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
 	}
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	if !c.writeHard.Load() {
-		c.moveIdle(&c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
+		moveIdle(&c.writeMu, &c.writeHard, &c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
 	}
 	return c.Conn.Write(b)
 }
 
-// moveIdle sets the idle deadline again once less than idle is left of it.
-func (c *idleConn) moveIdle(until *atomic.Int64, idle time.Duration, set func(time.Time) error) {
-	now := time.Now()
-	if until.Load()-now.UnixNano() >= int64(idle) {
+// epoch anchors idle deadlines on the monotonic clock: a step of the wall clock (NTP,
+// a resumed VM) must neither hold a deadline back nor cut a busy connection.
+var epoch = time.Now()
+
+// moveIdle sets the idle deadline again once less than idle is left of it, unless an
+// explicit deadline holds.
+func moveIdle(mu *sync.Mutex, hard *atomic.Bool, until *atomic.Int64, idle time.Duration, set func(time.Time) error) {
+	now := time.Since(epoch)
+	if time.Duration(until.Load())-now >= idle {
 		return
 	}
-	deadline := now.Add(idle + idle/16)
-	until.Store(deadline.UnixNano())
-	_ = set(deadline)
+	mu.Lock()
+	defer mu.Unlock()
+	if hard.Load() {
+		return
+	}
+	deadline := now + idle + idle/16
+	until.Store(int64(deadline))
+	_ = set(epoch.Add(deadline))
 }
 
 func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	c.readHard.Store(!t.IsZero())
 	c.readUntil.Store(0)
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) SetWriteDeadline(t time.Time) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	c.writeHard.Store(!t.IsZero())
 	c.writeUntil.Store(0)
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	c.readHard.Store(!t.IsZero())
 	c.writeHard.Store(!t.IsZero())
 	c.readUntil.Store(0)

@@ -145,6 +145,16 @@ func (q *Queue) Zone() providers.Zone { return q.zone }
 // returns the owner's outcome as it stands. A changed desire is applied by a later
 // flush; the outcome is then reported through notify.
 func (q *Queue) Desire(ownerKey string, desired []providers.Record) Outcome {
+	return q.desire(ownerKey, desired, false)
+}
+
+// Retract declares that owner wants no record in the zone, when the caller knows it has
+// some (it listed them): the desire is kept whatever the queue last saw.
+func (q *Queue) Retract(ownerKey string) Outcome {
+	return q.desire(ownerKey, nil, true)
+}
+
+func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords bool) Outcome {
 	normalised := make([]providers.Record, len(desired))
 	for i, r := range desired {
 		normalised[i] = q.provider.Normalize(r)
@@ -157,7 +167,7 @@ func (q *Queue) Desire(ownerKey string, desired []providers.Record) Outcome {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o, ok := q.owners[ownerKey]
-	if !ok && len(normalised) == 0 && q.present != nil {
+	if !ok && len(normalised) == 0 && !hasRecords && q.present != nil {
 		if _, has := q.present[ownerKey]; !has {
 			return Outcome{Synced: true}
 		}
@@ -201,11 +211,17 @@ func (q *Queue) Owners() []string {
 	return out
 }
 
-// Forget drops an owner whose records are gone.
+// Forget drops an owner whose records are gone, or whose deletion was abandoned. Its
+// records may still be there (an abandoned deletion): until the zone is listed again
+// it counts as present, so that a later empty desire (an EdgeProvider's deletion) is
+// kept and deletes them.
 func (q *Queue) Forget(ownerKey string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.owners, ownerKey)
+	if q.present != nil {
+		q.present[ownerKey] = struct{}{}
+	}
 }
 
 // markDirty schedules o for the next flush; q.mu must be held.
@@ -349,10 +365,15 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 	current, err := q.provider.ListRecords(ctx, q.zone)
 	if err != nil {
+		// What the zone holds is unknown until it is listed again: every empty desire
+		// is kept meanwhile.
+		q.mu.Lock()
+		q.present = nil
+		q.mu.Unlock()
 		for _, o := range outcomes {
 			o.Err = err
 		}
-		q.finish(batch, outcomes, nil)
+		q.finish(batch, outcomes, nil, false)
 		if sweep {
 			q.mu.Lock()
 			q.scheduleSweep() // look again once the zone can be listed
@@ -482,14 +503,15 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		}
 	}
 	after, err := q.provider.ListRecords(ctx, q.zone)
-	if err == nil {
+	counted := err == nil
+	if counted {
 		for _, r := range after {
 			if out, ok := outcomes[r.Owner]; ok {
 				out.Records++
 			}
 		}
 	}
-	q.finish(batch, outcomes, res.Applied)
+	q.finish(batch, outcomes, res.Applied, counted)
 	for _, key := range orphans {
 		if out, ok := outcomes[key]; ok && len(out.Applied) > 0 {
 			q.opts.Log.Info("deleted the records of an owner that no longer exists", "zone", q.zone.Name,
@@ -572,7 +594,9 @@ func (q *Queue) hold(keys []string, pendingSince time.Time) {
 
 // finish records the outcomes, keeps owners with an error pending, marks owners that
 // lost a name to a deletion of this flush for another try, and notifies changes.
-func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]*Outcome, applied []providers.Change) {
+// counted says that each outcome's Records was read from a listing after the apply;
+// only then is an owner left with nothing dropped.
+func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]*Outcome, applied []providers.Change, counted bool) {
 	released := map[string]bool{}
 	for _, c := range applied {
 		if c.Action == providers.Delete {
@@ -603,7 +627,7 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 		if changed {
 			notes = append(notes, note{key, *out})
 		}
-		if len(o.desired) == 0 && !o.dirty && out.Synced && out.Records == 0 && len(out.Conflicts) == 0 && len(out.Failed) == 0 {
+		if counted && len(o.desired) == 0 && !o.dirty && out.Synced && out.Records == 0 && len(out.Conflicts) == 0 && len(out.Failed) == 0 {
 			// Nothing wanted and nothing left: known again only if it wants records here.
 			delete(q.owners, key)
 		}

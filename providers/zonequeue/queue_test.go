@@ -19,6 +19,8 @@ type memProvider struct {
 	applies int
 	changes int
 	fail    error
+	// listFail fails every listing while set.
+	listFail error
 }
 
 func newMem() *memProvider { return &memProvider{records: map[providers.Key]providers.Record{}} }
@@ -33,6 +35,9 @@ func (m *memProvider) Normalize(r providers.Record) providers.Record {
 func (m *memProvider) ListRecords(context.Context, providers.Zone) ([]providers.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.listFail != nil {
+		return nil, m.listFail
+	}
 	m.lists++
 	var out []providers.Record
 	for _, r := range m.records {
@@ -311,5 +316,45 @@ func TestEmptyDesiresAreKeptOnlyWhereTheOwnerHasRecords(t *testing.T) {
 	_ = q2.Flush(context.Background())
 	if _, left := mem.records[providers.Key{Name: "b.example.com", Type: "CNAME"}]; left {
 		t.Fatal("b's record was not deleted")
+	}
+}
+
+// What the queue last listed stops counting when it may be wrong: an owner forgotten
+// with its records still there (an abandoned deletion) and every owner after a failed
+// listing keep their empty desires, and their records go.
+func TestEmptyDesiresAreKeptWhenTheListingMayBeStale(t *testing.T) {
+	mem, q, _ := setup()
+	q.Desire("seed", cname("seed.example.com"))
+	_ = q.Flush(context.Background()) // listed: present = {}
+	q.Desire("abandoned", cname("abandoned.example.com"))
+	_ = q.Flush(context.Background())
+	q.Forget("abandoned") // its deletion gave up while the zone was unreachable
+	if out := q.Desire("abandoned", nil); out.Synced {
+		t.Fatalf("a forgotten owner with records: %+v", out)
+	}
+	_ = q.Flush(context.Background())
+	if _, left := mem.records[providers.Key{Name: "abandoned.example.com", Type: "CNAME"}]; left {
+		t.Fatal("the forgotten owner's record was not deleted")
+	}
+
+	// A record the queue did not see being made (another replica of the queue, before a
+	// leader change), then a listing that fails: nothing is answered from the old listing.
+	mem.mu.Lock()
+	mem.records[providers.Key{Name: "late.example.com", Type: "CNAME"}] = providers.Record{Name: "late.example.com", Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}, Owner: "late"}
+	mem.listFail = errors.New("zone unreachable")
+	mem.mu.Unlock()
+	q.Desire("seed", cname("seed2.example.com"))
+	if err := q.Flush(context.Background()); err == nil {
+		t.Fatal("a flush with a failing listing succeeded")
+	}
+	if out := q.Desire("late", nil); out.Synced {
+		t.Fatalf("after a failed listing, an empty desire was answered from the listing before: %+v", out)
+	}
+	mem.mu.Lock()
+	mem.listFail = nil
+	mem.mu.Unlock()
+	_ = q.Flush(context.Background())
+	if _, left := mem.records[providers.Key{Name: "late.example.com", Type: "CNAME"}]; left {
+		t.Fatal("late's record was not deleted")
 	}
 }
