@@ -103,11 +103,11 @@ type run struct {
 }
 
 // Run runs the whole measurement.
-func Run(ctx context.Context, cfg Config) (Report, error) {
+func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg.Log == nil {
 		cfg.Log = func(string, ...any) {}
 	}
-	rep := Report{Routes: cfg.Routes, Zones: cfg.Zones, SteadyFor: cfg.Steady}
+	rep = Report{Routes: cfg.Routes, Zones: cfg.Zones, SteadyFor: cfg.Steady}
 	r := &run{cfg: cfg}
 	for i := range cfg.Zones {
 		r.zones = append(r.zones, fmt.Sprintf("z%02d.example.com", i))
@@ -166,6 +166,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer r.mgr.Stop(syscall.SIGTERM)
+	// Read before the manager stops, also when a phase failed or timed out.
+	defer func() { rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID()) }()
 
 	cfg.Log("manager started: waiting for the records and the statuses")
 	if rep.RecordsConverged, rep.AllReady, err = r.waitBoth(ctx, start, r.onEdge(false), func(tr *v1.TenantRoute) bool {
@@ -209,7 +211,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	cfg.Log("failover: records %.1f s, statuses %.1f s", rep.FailoverRecords.Seconds(), rep.FailoverStatus.Seconds())
-	rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID())
 	return rep, nil
 }
 

@@ -502,14 +502,35 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 			out.Err = applyErr
 		}
 	}
-	after, err := q.provider.ListRecords(ctx, q.zone)
-	counted := err == nil
-	if counted {
+	counted := true
+	if applyErr == nil {
+		// Every change's answer is known: what each owner has now is what it had plus
+		// what was applied, without listing (and re-sorting) the zone again.
+		for key, out := range outcomes {
+			out.Records = len(byOwner[key])
+		}
+		for _, c := range res.Applied {
+			if c.Old != nil {
+				if out, ok := outcomes[c.Old.Owner]; ok {
+					out.Records--
+				}
+			}
+			if c.New != nil {
+				if out, ok := outcomes[c.New.Owner]; ok {
+					out.Records++
+				}
+			}
+		}
+	} else if after, err := q.provider.ListRecords(ctx, q.zone); err == nil {
+		// A batch may have been applied with its answer lost: the zone, listed again,
+		// says what is there.
 		for _, r := range after {
 			if out, ok := outcomes[r.Owner]; ok {
 				out.Records++
 			}
 		}
+	} else {
+		counted = false
 	}
 	q.finish(batch, outcomes, res.Applied, counted)
 	for _, key := range orphans {
