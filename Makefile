@@ -43,12 +43,17 @@ vet: ## Run go vet.
 envtest-assets: ## Build kube-apiserver and etcd into bin/k8s/<version> (first time ~6 minutes).
 	hack/build-envtest-assets.sh
 
+.PHONY: test-tools
+test-tools: ## Build Pebble (Let's Encrypt's ACME test server) and its DNS server into bin/ for the HTTPS tests.
+	cd hack/tools && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/pebble github.com/letsencrypt/pebble/v2/cmd/pebble
+	cd hack/tools && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/pebble-challtestsrv github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
+
 .PHONY: deps
 deps: ## Install missing system packages the tests need (redis-server), via apt-get.
 	@hack/ensure-deps.sh test
 
 .PHONY: test
-test: deps envtest-assets verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
+test: deps envtest-assets test-tools verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS_DIR) $(GO) test -count=1 ./...
 	$(MAKE) e2e
 

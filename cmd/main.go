@@ -54,6 +54,7 @@ type config struct {
 	shared     sharedFlags
 	chain      proxy.ChainOptions
 	upstream   proxy.Options
+	tls        tlsFlags
 }
 
 func main() {
@@ -94,6 +95,7 @@ func main() {
 	flag.DurationVar(&c.chain.MaxStale, "route-max-stale", time.Hour, "How long past its TTL a route is served when every source fails.")
 	flag.DurationVar(&c.chain.LayerTimeout, "route-lookup-timeout", 250*time.Millisecond, "Time budget of each route source (Redis, the lookup endpoint) per lookup.")
 	bindProxyFlags(flag.CommandLine, &c.upstream, &c.chain)
+	bindTLSFlags(flag.CommandLine, &c.tls)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -153,6 +155,15 @@ func runAll(ctx context.Context, c config) error {
 	}
 	c.operator.RedisKV = kv
 	c.operator.KVSyncInterval = c.shared.kvSync
+	// Certificate records: in Redis when the proxies share it, else in memory with the
+	// embedded proxy. Status reports them when a proxy serves HTTPS.
+	var certBook routes.CertBook = &routes.MemoryCertBook{}
+	if kv != nil {
+		certBook = *kv
+	}
+	if c.tls.reportCerts || (c.proxyAddr != "0" && c.tls.on()) {
+		c.operator.CertBook = certBook
+	}
 	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
@@ -175,7 +186,11 @@ func runAll(ctx context.Context, c config) error {
 			layers = []proxy.Layer{*kv, source}
 		}
 		chain := proxy.NewChain(c.chain, layers...)
-		if err := mgr.Add(&proxy.Server{Proxy: proxy.New(chain, c.upstream), Listen: c.proxyAddr}); err != nil {
+		p := proxy.New(chain, c.upstream)
+		if err := c.tls.enable(p, kv, certBook); err != nil {
+			return err
+		}
+		if err := mgr.Add(&proxy.Server{Proxy: p, Listen: c.proxyAddr}); err != nil {
 			return err
 		}
 	}
@@ -213,11 +228,19 @@ func runProxy(ctx context.Context, c config) error {
 		layers = append([]proxy.Layer{*kv}, layers...)
 	}
 	chain := proxy.NewChain(c.chain, layers...)
+	p := proxy.New(chain, c.upstream)
+	var book routes.CertBook
+	if kv != nil {
+		book = *kv
+	}
+	if err := c.tls.enable(p, kv, book); err != nil {
+		return err
+	}
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	probes.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	runnables := []interface{ Start(context.Context) error }{
-		&proxy.Server{Proxy: proxy.New(chain, c.upstream), Listen: c.proxyAddr},
+		&proxy.Server{Proxy: p, Listen: c.proxyAddr},
 		httpServer(c.probeAddr, probes),
 	}
 	if c.metricsAddr != "0" {

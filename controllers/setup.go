@@ -34,7 +34,10 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// RedisKV, if set, is kept filled with every granted hostname's route for
 	// standalone proxies, and synchronised whole every KVSyncInterval.
-	RedisKV        *routes.KV
+	RedisKV *routes.KV
+	// CertBook, if set, is where the proxies record the certificates they serve; each
+	// granted hostname's certificate is then reported in status.
+	CertBook       routes.CertBook
 	KVSyncInterval time.Duration
 	// DNSResolver (host:port) is asked whether custom domains' owners proved control,
 	// every CustomDomainInterval; a domain that loses its proof stays routed for

@@ -42,6 +42,11 @@ type idleConn struct {
 	linger time.Duration
 }
 
+// Once Close has been called, deadlines are left alone: the lingering close set its
+// own, and a late deadline from a reader still blocked on the connection (a TLS
+// handshake interrupted by its timeout) would keep the socket, and its connection
+// slot, forever.
+
 // lingerMax bounds what a lingering close reads from a client that keeps sending.
 const lingerMax = 4 << 20
 
@@ -50,14 +55,14 @@ func newIdleConn(c net.Conn, readIdle, writeIdle time.Duration, onClose func()) 
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	if !c.readHard.Load() {
+	if !c.readHard.Load() && !c.closed.Load() {
 		moveIdle(&c.readMu, &c.readHard, &c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
 	}
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	if !c.writeHard.Load() {
+	if !c.writeHard.Load() && !c.closed.Load() {
 		moveIdle(&c.writeMu, &c.writeHard, &c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
 	}
 	return c.Conn.Write(b)
@@ -85,6 +90,9 @@ func moveIdle(mu *sync.Mutex, hard *atomic.Bool, until *atomic.Int64, idle time.
 }
 
 func (c *idleConn) SetReadDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil // the lingering close owns the deadline now
+	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.readHard.Store(!t.IsZero())
@@ -93,6 +101,9 @@ func (c *idleConn) SetReadDeadline(t time.Time) error {
 }
 
 func (c *idleConn) SetWriteDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil // the lingering close owns the deadline now
+	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.writeHard.Store(!t.IsZero())
@@ -101,6 +112,9 @@ func (c *idleConn) SetWriteDeadline(t time.Time) error {
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil // the lingering close owns the deadline now
+	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.writeMu.Lock()

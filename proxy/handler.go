@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,9 @@ import (
 type Proxy struct {
 	chain *Chain
 	opts  Options
+	tls   *tlsFront // nil: plain HTTP only
+	// limits count client connections across the listeners.
+	limits *connLimits
 
 	mu         sync.Mutex
 	upstreams  map[string]*upstream // by backend URL
@@ -32,6 +37,7 @@ func New(chain *Chain, opts Options) *Proxy {
 	opts.defaults()
 	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{},
 		retryAfter: strconv.Itoa(int(opts.RetryAfter.Seconds()))}
+	p.limits = &connLimits{opts: &p.opts, perIP: map[netip.Addr]int{}}
 	p.bigReaders.New = func() any { return bufio.NewReaderSize(nil, opts.MaxResponseHeaderBytes) }
 	return p
 }
@@ -82,6 +88,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	case OutcomeError:
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
 		p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "the route of this host cannot be looked up right now\n")
+		return
+	}
+	if p.tls != nil && !ctx.IsTLS() && p.plainForTLS(ctx, host, outcome) {
 		return
 	}
 	if isWebSocket(&req.Header) {
@@ -188,6 +197,43 @@ func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
 // refuse answers the request itself. The request body may not have been read to
 // its end: the connection is closed after the answer, so that no unread body byte is
 // ever taken for the next request.
+// plainForTLS answers a plain-HTTP request when HTTPS is on: an ACME HTTP-01
+// challenge for a hostname being validated, or a redirect to HTTPS for a hostname the
+// proxy has a certificate for (unless a trusted proxy in front, such as the CDN, says
+// the client already spoke HTTPS to it). It reports whether it answered.
+func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outcome) bool {
+	req := &ctx.Request
+	if req.Header.IsGet() {
+		if status, body, ok := p.tls.httpChallenge(ctx, string(host), string(req.URI().Path())); ok {
+			ctx.Response.SetStatusCode(status)
+			ctx.Response.Header.SetContentType("text/plain")
+			ctx.Response.SetBody(body)
+			observeRequest(status, outcome)
+			return true
+		}
+	}
+	if p.tls.opts.RedirectPort == 0 || !p.tls.canServe(string(host)) {
+		return false
+	}
+	if p.opts.trusted(remoteIP(ctx)) && strings.EqualFold(string(req.Header.Peek("X-Forwarded-Proto")), "https") {
+		return false
+	}
+	bufp := valueBufs.Get().(*[]byte)
+	defer valueBufs.Put(bufp)
+	target := req.Header.RequestURI()
+	if len(target) == 0 || target[0] != '/' {
+		target = req.URI().RequestURI() // absolute form: its path and query only
+	}
+	*bufp = p.tls.redirectTarget((*bufp)[:0], host, target)
+	ctx.Response.SetStatusCode(fasthttp.StatusPermanentRedirect)
+	ctx.Response.Header.SetBytesV(fasthttp.HeaderLocation, *bufp)
+	if hasBody(&req.Header) {
+		ctx.SetConnectionClose() // the body is not read
+	}
+	observeRequest(fasthttp.StatusPermanentRedirect, outcome)
+	return true
+}
+
 func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, outcome Outcome, body string) {
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")

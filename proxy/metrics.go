@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -30,6 +32,42 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"region"})
 
+	handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_tls_certificate_selections_total",
+		Help: "TLS handshakes by how their certificate was chosen: secret (mounted), acme (on demand), or why there was none: no_sni, not_routed (no ACME order placed), backoff (the hostname's last order failed recently; no order placed), no_certificate, acme_failed.",
+	}, []string{"result"})
+	issuances = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_acme_issuances_total",
+		Help: "ACME certificate orders finished by this proxy, by kind (obtain, renew) and result (ok, failed).",
+	}, []string{"kind", "result"})
+	certReloadErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_certificate_reload_errors_total",
+		Help: "Reloads of the mounted certificates that found a pair that does not load (the previous one is still served).",
+	})
+	certRecordErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_certificate_record_errors_total",
+		Help: "Certificate records (for the TenantRoute status) that could not be written.",
+	})
+	earliestExpiry = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tenantroute_proxy_certificate_earliest_expiry_timestamp_seconds",
+		Help: "When the certificate served by this proxy that expires first expires (Unix seconds); 0 before any TLS handshake.",
+	}, func() float64 {
+		expiryMu.Lock()
+		defer expiryMu.Unlock()
+		var first time.Time
+		for _, t := range expiries {
+			if first.IsZero() || t.Before(first) {
+				first = t
+			}
+		}
+		if first.IsZero() {
+			return 0
+		}
+		return float64(first.Unix())
+	})
+	expiryMu sync.Mutex
+	expiries = map[string]time.Time{}
+
 	// requestCounters caches the counter of each status code and outcome, so the hot
 	// path does not hash label values.
 	requestCounters [600][numOutcomes]atomic.Pointer[prometheus.Counter]
@@ -52,6 +90,14 @@ func init() {
 	for _, code := range []string{"503", "429"} {
 		rejectedConns.WithLabelValues(code)
 	}
+	for _, r := range []string{"secret", "acme", "no_sni", "not_routed", "backoff", "no_certificate", "acme_failed"} {
+		handshakes.WithLabelValues(r)
+	}
+	for _, kind := range []string{"obtain", "renew"} {
+		for _, r := range []string{"ok", "failed"} {
+			issuances.WithLabelValues(kind, r)
+		}
+	}
 }
 
 // declareLayer starts a lookup layer's counters at zero.
@@ -63,7 +109,8 @@ func declareLayer(layer string) {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected,
+		handshakes, issuances, certReloadErrors, certRecordErrors, earliestExpiry} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -96,3 +143,27 @@ func observeRejectedConn(code string) { rejectedConns.WithLabelValues(code).Inc(
 // ObserveKVRejected counts a shared-cache entry ignored as untrustworthy; it is the
 // KV's Rejected hook.
 func ObserveKVRejected(reason string) { kvRejected.WithLabelValues(reason).Inc() }
+
+func observeHandshake(result string) { handshakes.WithLabelValues(result).Inc() }
+
+func observeIssuance(renewal, ok bool) {
+	kind, result := "obtain", "ok"
+	if renewal {
+		kind = "renew"
+	}
+	if !ok {
+		result = "failed"
+	}
+	issuances.WithLabelValues(kind, result).Inc()
+}
+
+// observeExpiry remembers when the certificate served for host expires; the memory is
+// bounded like the records of served certificates.
+func observeExpiry(host string, notAfter time.Time) {
+	expiryMu.Lock()
+	defer expiryMu.Unlock()
+	if len(expiries) >= maxServedRemembered {
+		clear(expiries)
+	}
+	expiries[host] = notAfter
+}

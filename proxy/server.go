@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"log"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +14,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Server serves the proxy on a listener until its context ends.
+// Server serves the proxy on a listener, and on a TLS listener when HTTPS is on,
+// until its context ends.
 type Server struct {
 	Proxy *Proxy
 	// Listen address, e.g. ":8088".
@@ -24,17 +28,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := s.Proxy.newServer()
-	errs := make(chan error, 1)
-	go func() { errs <- srv.Serve(s.Proxy.Listener(ln)) }()
-	select {
-	case err := <-errs:
-		return err
-	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return srv.ShutdownWithContext(shutdown)
+	var tln net.Listener
+	if s.Proxy.tls != nil {
+		if tln, err = net.Listen("tcp", s.Proxy.tls.opts.Listen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("the HTTPS listener: %w", err)
+		}
 	}
+	return s.Proxy.ServeUntil(ctx, ln, tln)
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
@@ -42,6 +43,32 @@ func (s *Server) NeedLeaderElection() bool { return false }
 
 // Serve serves the proxy on ln (wrapped by Listener) until ln is closed.
 func (p *Proxy) Serve(ln net.Listener) error { return p.newServer().Serve(p.Listener(ln)) }
+
+// ServeUntil serves plain HTTP on ln and, when HTTPS is on, TLS on tln until ctx
+// ends, then drains both.
+func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
+	srv := p.newServer()
+	errs := make(chan error, 2)
+	go func() { errs <- srv.Serve(p.Listener(ln)) }()
+	if p.tls != nil && tln != nil {
+		p.tls.listening(ln.Addr(), tln.Addr())
+		if p.tls.static != nil {
+			go p.tls.static.watch(ctx, p.tls.opts.ReloadInterval)
+		}
+		limited := &limitListener{Listener: tln, connLimits: p.limits, silent: true}
+		secure := &tlsListener{Listener: limited, config: p.tls.config(), timeout: p.tls.opts.HandshakeTimeout}
+		go func() { errs <- srv.Serve(secure) }()
+	}
+	select {
+	case err := <-errs:
+		_ = srv.Shutdown()
+		return err
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.ShutdownWithContext(shutdown)
+	}
+}
 
 // newServer returns the fasthttp server of the proxy. Its own timeouts cover only
 // what fasthttp bounds per phase (the header, the keep-alive wait); the time between
@@ -75,21 +102,42 @@ func (p *Proxy) newServer() *fasthttp.Server {
 			return fasthttp.StatusContinue
 		},
 		Concurrency: p.opts.MaxConns,
+		Logger:      clientErrorFilter{},
 	}
+}
+
+// clientErrorFilter drops fasthttp's log line for each connection a client broke (a
+// failed TLS handshake, a malformed request): on the internet those come by the
+// thousand and say nothing about the proxy; the metrics count them.
+type clientErrorFilter struct{}
+
+func (clientErrorFilter) Printf(format string, args ...any) {
+	if strings.HasPrefix(format, "error when serving connection") {
+		return
+	}
+	log.Printf(format, args...)
 }
 
 // Listener wraps ln with the proxy's connection limits (in total and per client
 // address) and with timeouts between reads and between writes of each connection.
 func (p *Proxy) Listener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, opts: &p.opts, perIP: map[netip.Addr]int{}}
+	return &limitListener{Listener: ln, connLimits: p.limits}
 }
 
-type limitListener struct {
-	net.Listener
+// connLimits count the client connections of all the proxy's listeners.
+type connLimits struct {
 	opts  *Options
 	total atomic.Int64
 	mu    sync.Mutex
 	perIP map[netip.Addr]int
+}
+
+type limitListener struct {
+	net.Listener
+	*connLimits
+	// silent refuses by closing, without an HTTP answer (which a TLS client could not
+	// read).
+	silent bool
 }
 
 var (
@@ -106,8 +154,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		ip := remoteAddr(c)
 		if reject := l.admit(ip); reject != nil {
 			observeRejectedConn(string(reject[9:12]))
-			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.Write(reject)
+			if !l.silent {
+				_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				_, _ = c.Write(reject)
+			}
 			_ = c.Close()
 			continue
 		}
@@ -122,7 +172,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 const lingerTimeout = 500 * time.Millisecond
 
 // admit counts a new connection, or returns the answer that refuses it.
-func (l *limitListener) admit(ip netip.Addr) []byte {
+func (l *connLimits) admit(ip netip.Addr) []byte {
 	if l.total.Add(1) > int64(l.opts.MaxConns) {
 		l.total.Add(-1)
 		return tooManyConns
@@ -140,7 +190,7 @@ func (l *limitListener) admit(ip netip.Addr) []byte {
 	return nil
 }
 
-func (l *limitListener) release(ip netip.Addr) {
+func (l *connLimits) release(ip netip.Addr) {
 	l.total.Add(-1)
 	if l.opts.trusted(ip) {
 		return

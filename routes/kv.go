@@ -84,31 +84,51 @@ func (k KV) seal(host string, r Route, now time.Time) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := base64.RawURLEncoding.EncodeToString(payload)
-	return "v1." + p + "." + base64.RawURLEncoding.EncodeToString(k.mac(host, p)), nil
+	return k.sealValue(host, payload), nil
 }
 
-func (k KV) mac(host, payload string) []byte {
+// sealValue authenticates payload as the value of name: "v1.<payload>.<mac>". Names
+// of different kinds of entries never collide (a hostname has no ':'), so an entry
+// cannot be replayed as another kind.
+func (k KV) sealValue(name string, payload []byte) string {
+	p := base64.RawURLEncoding.EncodeToString(payload)
+	return "v1." + p + "." + base64.RawURLEncoding.EncodeToString(k.mac(name, p))
+}
+
+func (k KV) mac(name, payload string) []byte {
 	m := hmac.New(sha256.New, k.Key)
-	m.Write([]byte(host))
+	m.Write([]byte(name))
 	m.Write([]byte{0})
 	m.Write([]byte(payload))
 	return m.Sum(nil)
 }
 
-// open checks an entry and returns its route, or why it is not to be believed.
-func (k KV) open(host, value string, now time.Time) (Route, string) {
+// openValue returns the payload of an authentic value of name, or why it is not to
+// be believed (malformed, forged).
+func (k KV) openValue(name, value string) ([]byte, string) {
 	parts := strings.Split(value, ".")
 	if len(parts) != 3 || parts[0] != "v1" {
-		return Route{}, "malformed"
+		return nil, "malformed"
 	}
 	sum, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil || !hmac.Equal(sum, k.mac(host, parts[1])) {
-		return Route{}, "forged"
+	if err != nil || !hmac.Equal(sum, k.mac(name, parts[1])) {
+		return nil, "forged"
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, "malformed"
+	}
+	return payload, ""
+}
+
+// open checks an entry and returns its route, or why it is not to be believed.
+func (k KV) open(host, value string, now time.Time) (Route, string) {
+	payload, reason := k.openValue(host, value)
+	if reason != "" {
+		return Route{}, reason
+	}
 	var e entry
-	if err != nil || json.Unmarshal(payload, &e) != nil {
+	if json.Unmarshal(payload, &e) != nil {
 		return Route{}, "malformed"
 	}
 	if now.Unix() >= e.Exp {

@@ -1,0 +1,215 @@
+package testenv
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Pebble is Let's Encrypt's ACME test server, built from its Go module (hack/tools),
+// with its challenge test server as the DNS server that resolves every name to
+// 127.0.0.1: validations really connect to the proxy's listeners.
+type Pebble struct {
+	// Directory is the ACME directory URL.
+	Directory string
+	// APIRoots trusts Pebble's own HTTPS API; IssuerRoots the certificates it issues.
+	APIRoots, IssuerRoots *x509.CertPool
+	orders, orderRequests atomic.Int64
+}
+
+// PebbleOptions say where Pebble validates (the proxy's plain and TLS ports) and how
+// long its certificates live.
+type PebbleOptions struct {
+	HTTPPort, TLSPort int
+	Validity          time.Duration
+	// Blocked names are refused at the order (a CA's policy).
+	Blocked []string
+}
+
+// Orders is how many orders Pebble has accepted.
+func (p *Pebble) Orders() int64 { return p.orders.Load() }
+
+// OrderRequests is how many new orders were asked for, refused ones included.
+func (p *Pebble) OrderRequests() int64 { return p.orderRequests.Load() }
+
+// ToolBinary returns bin/<name>, building it from hack/tools' module when missing.
+func ToolBinary(t testing.TB, name, pkg string) string {
+	t.Helper()
+	root := RepoRoot()
+	bin := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = filepath.Join(root, "hack", "tools")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s from hack/tools: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// FreePort returns a port nothing listens on now.
+func FreePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// StartPebble runs Pebble and its DNS server until the test ends.
+func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
+	t.Helper()
+	pebble := ToolBinary(t, "pebble", "github.com/letsencrypt/pebble/v2/cmd/pebble")
+	challtest := ToolBinary(t, "pebble-challtestsrv", "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv")
+	dir := t.TempDir()
+	certFile, keyFile, apiRoots := selfSigned(t, dir)
+
+	dnsPort := FreePort(t)
+	dns := exec.Command(challtest, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
+		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(FreePort(t)),
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "")
+	startLogged(t, dns, "challtestsrv", nil)
+
+	apiPort, mgmtPort := FreePort(t), FreePort(t)
+	validity := o.Validity
+	if validity == 0 {
+		validity = 90 * 24 * time.Hour
+	}
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress":           "127.0.0.1:" + strconv.Itoa(apiPort),
+		"managementListenAddress": "127.0.0.1:" + strconv.Itoa(mgmtPort),
+		"certificate":             certFile, "privateKey": keyFile,
+		"httpPort": o.HTTPPort, "tlsPort": o.TLSPort,
+		"ocspResponderURL": "", "externalAccountBindingRequired": false,
+		"keyAlgorithm": "ecdsa", "domainBlocklist": o.Blocked,
+		"profiles": map[string]any{"default": map[string]any{
+			"description": "test", "validityPeriod": int(validity.Seconds())}},
+	}}
+	b, _ := json.Marshal(cfg)
+	cfgFile := filepath.Join(dir, "pebble.json")
+	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Pebble{Directory: fmt.Sprintf("https://127.0.0.1:%d/dir", apiPort), APIRoots: apiRoots}
+	cmd := exec.Command(pebble, "-config", cfgFile, "-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort))
+	// No random wait before validating, and no nonces refused on purpose: the tests
+	// count orders, and a retried order would count twice.
+	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
+	startLogged(t, cmd, "pebble", func(line string) {
+		switch {
+		case strings.Contains(line, "Added order"):
+			p.orders.Add(1)
+		case strings.Contains(line, "POST /order-plz"):
+			p.orderRequests.Add(1)
+		}
+	})
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: apiRoots}}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
+		if err == nil {
+			pemBytes, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			p.IssuerRoots = x509.NewCertPool()
+			if resp.StatusCode == http.StatusOK && p.IssuerRoots.AppendCertsFromPEM(pemBytes) {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pebble did not start: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startLogged starts cmd, sends its output to the test log (and to each, line by
+// line) and stops it when the test ends.
+func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if each != nil {
+				each(sc.Text())
+			}
+			if os.Getenv("TEST_VERBOSE_TOOLS") != "" {
+				fmt.Fprintf(os.Stderr, "%s: %s\n", name, sc.Text())
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		wg.Wait()
+		_ = cmd.Wait()
+	})
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and localhost (Pebble's API) and
+// returns the pool that trusts it.
+func selfSigned(t testing.TB, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble api"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}

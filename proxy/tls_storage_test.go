@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+)
+
+// TestRedisStorageKeepsCertmagicsContract: what the ACME library expects of a
+// storage (missing keys are fs.ErrNotExist, directories are prefixes), values
+// unreadable to anyone without the key and not movable between keys, and locks that
+// exclude across replicas.
+func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
+	r := testenv.StartRedis(t)
+	s, kv := redisStorage(t, r)
+	ctx := context.Background()
+	for k, v := range map[string]string{
+		"certificates/ca/a.test/a.test.crt": "CERT-A", "certificates/ca/a.test/a.test.key": "KEY-A",
+		"certificates/ca/b.test/b.test.crt": "CERT-B", "acme/ca/users/x/x.json": "USER",
+	} {
+		if err := s.Store(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := s.Load(ctx, "certificates/ca/a.test/a.test.key"); err != nil || string(v) != "KEY-A" {
+		t.Fatalf("Load: %q %v", v, err)
+	}
+	if _, err := s.Load(ctx, "certificates/none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load of a missing key: %v, want fs.ErrNotExist", err)
+	}
+	// The private key is not in Redis in clear.
+	raw, _ := kv.Client.Get(ctx, storagePrefix+"certificates/ca/a.test/a.test.key").Bytes()
+	if len(raw) == 0 || bytes.Contains(raw, []byte("KEY-A")) {
+		t.Fatalf("stored in clear: %q", raw)
+	}
+	// A value copied to another key (one certificate's key served for another name)
+	// does not open.
+	kv.Client.Set(ctx, storagePrefix+"certificates/ca/b.test/b.test.key", raw, 0)
+	if _, err := s.Load(ctx, "certificates/ca/b.test/b.test.key"); err == nil {
+		t.Fatal("a value moved to another key was accepted")
+	}
+	list, err := s.List(ctx, "certificates/ca", false)
+	slices.Sort(list)
+	if err != nil || !slices.Equal(list, []string{"certificates/ca/a.test", "certificates/ca/b.test"}) {
+		t.Fatalf("List: %v %v", list, err)
+	}
+	if list, _ := s.List(ctx, "certificates", true); len(list) != 4 {
+		t.Fatalf("recursive List: %v", list)
+	}
+	if info, err := s.Stat(ctx, "certificates/ca/a.test"); err != nil || info.IsTerminal {
+		t.Fatalf("Stat of a directory: %+v %v", info, err)
+	}
+	if info, err := s.Stat(ctx, "certificates/ca/a.test/a.test.crt"); err != nil || !info.IsTerminal || info.Size != 6 || time.Since(info.Modified) > time.Minute {
+		t.Fatalf("Stat of a key: %+v %v", info, err)
+	}
+	if err := s.Delete(ctx, "certificates/ca/a.test"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Exists(ctx, "certificates/ca/a.test/a.test.crt") || s.Exists(ctx, "certificates/ca/a.test") || !s.Exists(ctx, "acme/ca/users/x/x.json") {
+		t.Fatal("Delete of a directory")
+	}
+
+	// Locks exclude across replicas (two storages on one Redis).
+	other, _ := redisStorage(t, r)
+	if err := s.Lock(ctx, "issue_cert_a.test"); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := other.Lock(waitCtx, "issue_cert_a.test"); err == nil {
+		t.Fatal("a second replica took a held lock")
+	}
+	got := make(chan error, 1)
+	go func() { got <- other.Lock(ctx, "issue_cert_a.test") }()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Unlock(ctx, "issue_cert_a.test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the lock was not handed over after Unlock")
+	}
+	// Unlock by a replica that does not hold it leaves the holder's lock alone.
+	if err := s.Unlock(ctx, "issue_cert_a.test"); err == nil {
+		t.Fatal("Unlock of a lock held by another replica succeeded")
+	}
+	if n, _ := kv.Client.Exists(ctx, lockPrefix+"issue_cert_a.test").Result(); n != 1 {
+		t.Fatal("the holder's lock was removed by another replica")
+	}
+	if ttl, _ := kv.Client.PTTL(ctx, lockPrefix+"issue_cert_a.test").Result(); ttl <= 0 || ttl > lockTTL {
+		t.Fatalf("lock TTL %s: a dead holder's lock must expire", ttl)
+	}
+}

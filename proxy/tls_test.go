@@ -1,0 +1,272 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCA signs certificates for the mounted-Secret tests.
+type testCA struct {
+	key  *ecdsa.PrivateKey
+	cert *x509.Certificate
+	pool *x509.CertPool
+}
+
+func newTestCA(t *testing.T) *testCA {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{key: key, cert: cert, pool: pool}
+}
+
+// writeSecret writes a tls.crt/tls.key pair for names into dir, as a mounted
+// kubernetes.io/tls Secret, and returns its serial.
+func (ca *testCA) writeSecret(t *testing.T, dir string, serial int64, names ...string) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour), DNSNames: names,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Written beside and renamed, as the kubelet swaps a Secret's files at once.
+	for name, data := range map[string][]byte{
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	} {
+		tmp := filepath.Join(dir, "."+name)
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func serialOf(t *testing.T, addr, name string, roots *x509.CertPool) int64 {
+	t.Helper()
+	c, err := handshake(addr, name, roots)
+	if err != nil {
+		t.Fatalf("handshake for %s: %v", name, err)
+	}
+	return c.SerialNumber.Int64()
+}
+
+// TestMountedSecretsBySNIAndReloadedWithoutRestart: certificates of mounted TLS
+// Secrets are chosen by SNI (exact name before wildcard; a wildcard covers one label
+// only), a renewed Secret is served without a restart, and a broken one leaves the
+// last good certificate in service.
+func TestMountedSecretsBySNIAndReloadedWithoutRestart(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.writeSecret(t, filepath.Join(dir, "login"), 20, "login.auth.example.com")
+	ln, tln := listenPair(t)
+	tp := startTLSProxy(t, map[string]Route{}, ln, tln, TLSOptions{CertDir: dir, ReloadInterval: 50 * time.Millisecond})
+
+	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.pool); got != 10 {
+		t.Fatalf("acme.auth.example.com served serial %d, want the wildcard's 10", got)
+	}
+	if got := serialOf(t, tp.secure, "LOGIN.auth.example.com.", ca.pool); got != 20 {
+		t.Fatalf("login.auth.example.com served serial %d, want its own 20", got)
+	}
+	for _, name := range []string{"auth.example.com", "a.b.auth.example.com", "other.test"} {
+		if _, err := handshake(tp.secure, name, ca.pool); err == nil {
+			t.Fatalf("%s got a certificate; no Secret covers it and ACME is off", name)
+		}
+	}
+
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 11, "*.auth.example.com")
+	waitFor(t, 5*time.Second, "the renewed Secret to be served", func() bool {
+		return serialOf(t, tp.secure, "acme.auth.example.com", ca.pool) == 11
+	})
+
+	// A Secret whose key does not match its certificate: the last good pair stays.
+	if err := os.WriteFile(filepath.Join(dir, "wildcard", "tls.key"), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.pool); got != 11 {
+		t.Fatalf("after a broken Secret, serial %d is served, want the last good 11", got)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHostileTLSHandshakes: a client that opens TLS connections and stalls in the
+// handshake is cut by the handshake timeout and holds no connection slot after; a
+// client sending garbage instead of a ClientHello is closed at once; neither stops
+// a real client.
+func TestHostileTLSHandshakes(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ln, tln := listenPair(t)
+	be, _ := backend(t, "eu-west-a")
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}}}}
+	p := New(NewChain(ChainOptions{}, src), Options{MaxConnsPerIP: 8, ClientHeaderTimeout: 5 * time.Second})
+	if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, HandshakeTimeout: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	serveTLS(t, p, ln, tln)
+
+	// Stalled handshakes, as many as one address may hold: half a ClientHello, then
+	// nothing.
+	var stalled []net.Conn
+	for range 8 {
+		c, err := net.Dial("tcp", tln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01}); err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, c)
+	}
+	start := time.Now()
+	for i, c := range stalled {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("stalled handshake %d was not closed by the proxy: %v", i, err)
+		}
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("stalled handshakes closed after %s; the handshake timeout is 500ms", took)
+	}
+
+	// Garbage instead of a ClientHello: closed (with an alert) without waiting.
+	g, err := net.Dial("tcp", tln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_, _ = g.Write([]byte("GET / HTTP/1.1\r\nHost: acme.auth.example.com\r\n\r\n"))
+	_ = g.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := bufio.NewReader(g).ReadString(0); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("plain HTTP on the TLS port was not closed: %v", err)
+	}
+
+	// The slots are free again once the closed connections' lingering ends (a refused
+	// TLS connection is closed without an HTTP answer it could not read). Before the
+	// lingering close kept its deadline, the interrupted handshakes held theirs for
+	// good.
+	waitFor(t, 3*time.Second, "a connection slot", func() bool {
+		_, err := handshake(tln.Addr().String(), "acme.auth.example.com", ca.pool)
+		return err == nil
+	})
+	// A client claiming plain HTTP does not fool the backend either.
+	client := httpsClient(tln.Addr().String(), ca.pool)
+	req, _ := http.NewRequest(http.MethodGet, "https://acme.auth.example.com/", nil)
+	req.Header.Set("X-Forwarded-Proto", "http")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := resp.Header.Get("X-Seen-Proto"); got != "https" {
+		t.Fatalf("backend saw X-Forwarded-Proto %q over TLS", got)
+	}
+}
+
+func serveTLS(t *testing.T, p *Proxy, ln, tln net.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, tln) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS: a plain request for a hostname
+// with a certificate is redirected to HTTPS (path and query kept, the Host's port
+// dropped); a trusted CDN saying its client used HTTPS is forwarded (no redirect
+// loop behind Cloudflare's flexible mode); anyone else saying so is redirected; a
+// hostname without a certificate is forwarded over plain HTTP.
+func TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	be, _ := backend(t, "eu-west-a")
+	rts := map[string]Route{
+		"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}},
+		"plain.other.test":      {Tenant: "plain", Region: "eu", Backends: []string{be.URL}},
+	}
+	for _, trusted := range []bool{false, true} {
+		ln, tln := listenPair(t)
+		opts := Options{}
+		if trusted {
+			opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		}
+		p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: rts}), opts)
+		if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, RedirectPort: 443}); err != nil {
+			t.Fatal(err)
+		}
+		serveTLS(t, p, ln, tln)
+		plain := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		get := func(host, path, proto string) *http.Response {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+path, nil)
+			req.Host = host
+			if proto != "" {
+				req.Header.Set("X-Forwarded-Proto", proto)
+			}
+			resp, err := plain.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		resp := get("acme.auth.example.com:8088", "/p?q=1", "")
+		if resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != "https://acme.auth.example.com/p?q=1" {
+			t.Fatalf("trusted=%v: %d %q", trusted, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		resp = get("acme.auth.example.com", "/", "https")
+		if want := map[bool]int{false: http.StatusPermanentRedirect, true: http.StatusOK}[trusted]; resp.StatusCode != want {
+			t.Fatalf("trusted=%v, X-Forwarded-Proto https: %d, want %d", trusted, resp.StatusCode, want)
+		}
+		if resp = get("plain.other.test", "/", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("hostname without a certificate: %d, want it forwarded", resp.StatusCode)
+		}
+	}
+}
