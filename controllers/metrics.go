@@ -81,6 +81,10 @@ var (
 		Name: "tenantroute_routes_fail_static",
 		Help: "TenantRoutes none of whose edges is healthy: their records stay on the last active edge (fail static).",
 	})
+	certificates = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantroute_certificates",
+		Help: "Granted hostnames by the state of their HTTPS certificate (Issued, Pending, Failed), as the proxies report them; served only when certificate status is on.",
+	}, []string{"state"})
 	reconcileOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantroute_reconcile_outcomes_total",
 		Help: "TenantRoute reconciles by outcome: ready, pending, conflict, provider_error, deleting, deleted.",
@@ -90,7 +94,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(providerRequests, providerErrors, recordsManaged, reconcileOutcomes,
 		edgeHealthGauge, probeSeconds, failovers, failoverRewriteSeconds, kvSyncs, kvOrphansDeleted, orphanRecordsDeleted, abandonedDeletions,
-		recordsFailing, flushSeconds, flushChanges, failStaticRoutes, eventsSkipped)
+		recordsFailing, flushSeconds, flushChanges, failStaticRoutes, eventsSkipped, certificates)
 	// Counters of known label values start at zero, so that a dashboard or an alert
 	// sees rate() = 0 rather than no series before the first event.
 	for _, outcome := range []string{"ready", "pending", "conflict", "provider_error", "deleting", "deleted"} {

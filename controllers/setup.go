@@ -34,11 +34,13 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// RedisKV, if set, is kept filled with every granted hostname's route for
 	// standalone proxies, and synchronised whole every KVSyncInterval.
-	RedisKV *routes.KV
-	// CertBook, if set, is where the proxies record the certificates they serve; each
-	// granted hostname's certificate is then reported in status.
-	CertBook       routes.CertBook
+	RedisKV        *routes.KV
 	KVSyncInterval time.Duration
+	// CertBook, if set, is where the proxies record the certificates they serve; each
+	// granted hostname's certificate is then reported in status, read again every
+	// CertStatusInterval (1 min).
+	CertBook           routes.CertBook
+	CertStatusInterval time.Duration
 	// DNSResolver (host:port) is asked whether custom domains' owners proved control,
 	// every CustomDomainInterval; a domain that loses its proof stays routed for
 	// CustomDomainGrace. Without a resolver no custom domain is routed.
@@ -116,6 +118,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&RegionReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Region controller: %w", err)
+	}
+	if o.CertBook != nil {
+		if err := mgr.Add(&CertStatus{Client: mgr.GetClient(), Book: o.CertBook, Recorder: recorder,
+			Interval: cmp.Or(o.CertStatusInterval, time.Minute)}); err != nil {
+			return fmt.Errorf("adding the certificate status reporter: %w", err)
+		}
 	}
 	if o.RedisKV != nil {
 		var mu sync.Mutex

@@ -97,6 +97,9 @@ type operator struct {
 	// failoverEvents, if set, replaces the default per-transition limit of per-route
 	// failover events.
 	failoverEvents int
+	// certBook, if set, is read into status.certificates every certInterval.
+	certBook     routes.CertBook
+	certInterval time.Duration
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -211,7 +214,7 @@ func (o *operator) start() {
 	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
 		RedisKV: o.kv, KVSyncInterval: o.kvSync,
 		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,
-		FailoverEvents: o.failoverEvents}); err != nil {
+		FailoverEvents: o.failoverEvents, CertBook: o.certBook, CertStatusInterval: o.certInterval}); err != nil {
 		o.t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -161,6 +161,49 @@ type CustomDomainStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
+// CertificateState says whether a hostname has a certificate.
+// +kubebuilder:validation:Enum=Issued;Pending;Failed
+type CertificateState string
+
+const (
+	// CertificateIssued: the proxies serve a valid certificate (a renewal failure, if
+	// any, is in the message).
+	CertificateIssued CertificateState = "Issued"
+	// CertificatePending: no certificate served yet; an on-demand one is obtained on
+	// the hostname's first HTTPS request.
+	CertificatePending CertificateState = "Pending"
+	// CertificateFailed: obtaining one failed (see message), or the one served expired.
+	CertificateFailed CertificateState = "Failed"
+)
+
+// HostnameCertificate is the certificate of one granted hostname.
+type HostnameCertificate struct {
+	// hostname is one of the granted hostnames.
+	// +required
+	Hostname string `json:"hostname"`
+
+	// state is Issued, Pending or Failed.
+	// +required
+	State CertificateState `json:"state"`
+
+	// issuer is the certificate issuer's name.
+	// +optional
+	Issuer string `json:"issuer,omitempty"`
+
+	// notAfter is when the certificate expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+
+	// source is acme (obtained on demand) or secret (a mounted TLS Secret).
+	// +optional
+	Source string `json:"source,omitempty"`
+
+	// message says why a certificate failed, or that its renewal failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
 // ClaimState says whether a TenantRoute holds a hostname or its tenantID.
 // +kubebuilder:validation:Enum=Granted;Conflict;PendingVerification;Forbidden
 type ClaimState string
@@ -240,6 +283,13 @@ type TenantRouteStatus struct {
 	// +listType=map
 	// +listMapKey=hostname
 	CustomDomains []CustomDomainStatus `json:"customDomains,omitempty"`
+
+	// certificates is the certificate each granted hostname is served with over HTTPS
+	// by the proxies (reported when they serve HTTPS; see the README's HTTPS section).
+	// +optional
+	// +listType=map
+	// +listMapKey=hostname
+	Certificates []HostnameCertificate `json:"certificates,omitempty"`
 
 	// conditions: Ready, RecordsSynced, EdgeHealthy, FailedOver, Conflict.
 	// +optional
