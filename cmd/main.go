@@ -162,7 +162,7 @@ func runAll(ctx context.Context, c config) error {
 		certBook = *kv
 	}
 	if c.tls.reportCerts || (c.proxyAddr != "0" && c.tls.on()) {
-		c.operator.CertBook = certBook
+		c.operator.CertBook, c.operator.CertStatusInterval = certBook, c.tls.statusEvery
 	}
 	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)

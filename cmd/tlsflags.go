@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/caddyserver/certmagic"
 	uzap "go.uber.org/zap"
@@ -27,6 +28,7 @@ type tlsFlags struct {
 	noHTTP01     bool
 	noTLSALPN01  bool
 	reportCerts  bool
+	statusEvery  time.Duration
 }
 
 func (t *tlsFlags) on() bool { return t.listen != "0" && t.listen != "" }
@@ -41,6 +43,7 @@ func bindTLSFlags(fs *flag.FlagSet, t *tlsFlags) {
 	fs.IntVar(&t.redirectPort, "https-redirect-port", 443, "Plain-HTTP requests for a hostname the proxy has a certificate for are redirected to HTTPS on this port (ACME challenges excepted); 0 turns the redirect off.")
 	fs.BoolVar(&t.noHTTP01, "acme-disable-http-01", false, "Do not answer ACME with HTTP-01 (on the plain listener).")
 	fs.BoolVar(&t.reportCerts, "certificate-status", false, "Report each granted hostname's certificate in TenantRoute status, from what the proxies record in Redis; on by default when the embedded proxy serves HTTPS. Set it when a standalone proxy fleet serves HTTPS.")
+	fs.DurationVar(&t.statusEvery, "certificate-status-interval", time.Minute, "How often the certificate records are read into TenantRoute status.")
 	fs.BoolVar(&t.noTLSALPN01, "acme-disable-tls-alpn-01", false, "Do not answer ACME with TLS-ALPN-01 (on the HTTPS listener).")
 }
 

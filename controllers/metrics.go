@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -99,6 +100,9 @@ func init() {
 	// sees rate() = 0 rather than no series before the first event.
 	for _, outcome := range []string{"ready", "pending", "conflict", "provider_error", "deleting", "deleted"} {
 		reconcileOutcomes.WithLabelValues(outcome)
+	}
+	for _, state := range []v1.CertificateState{v1.CertificateIssued, v1.CertificatePending, v1.CertificateFailed} {
+		certificates.WithLabelValues(string(state))
 	}
 }
 

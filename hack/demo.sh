@@ -106,11 +106,13 @@ go build -o bin/manager ./cmd
 go build -o bin/provider-emulators ./cmd/provider-emulators
 go build -o bin/demo ./hack/demo
 go build -o bin/kubectl-tenantroute ./cmd/kubectl-tenantroute
+make -s test-tools # Pebble, Let's Encrypt's ACME test server, from its Go module
 # kubectl finds its plugins on the PATH: kubectl tenantroute runs bin/kubectl-tenantroute.
 export PATH="${root}/bin:${PATH}"
 
 read -r p_cf p_r53 p_edge_cf p_edge_aws p_eu p_us p_proxy p_lookup p_redis p_metrics p_probes p_dns p_dns_admin \
-  p_fleet p_fleet_metrics p_fleet_probes < <(bin/demo freeports 16 | tr '\n' ' '; echo)
+  p_fleet p_fleet_metrics p_fleet_probes p_tls p_pebble p_pebble_mgmt p_acme_dns p_acme_dns_mgmt \
+  < <(bin/demo freeports 21 | tr '\n' ' '; echo)
 proxy="http://127.0.0.1:${p_proxy}"
 
 # --- control plane ---------------------------------------------------------------------
@@ -147,8 +149,18 @@ else
   note "redis-server is not installed: the proxy runs without its shared KV (apt-get install redis-server)"
 fi
 
+# Pebble, Let's Encrypt's test CA, validates on the proxy's ports; its DNS server
+# resolves every name (login.acme.com too) to 127.0.0.1.
+mkdir -p "${dir}/pebble"
+start acme-dns bin/pebble-challtestsrv -defaultIPv4 127.0.0.1 -defaultIPv6 "" -dnsserver "127.0.0.1:${p_acme_dns}" \
+  -management "127.0.0.1:${p_acme_dns_mgmt}" -http01 "" -https01 "" -tlsalpn01 "" -doh ""
+pebble_cfg=$(bin/demo pebble-config -dir "${dir}/pebble" -listen "127.0.0.1:${p_pebble}" \
+  -management "127.0.0.1:${p_pebble_mgmt}" -http-port "${p_proxy}" -tls-port "${p_tls}")
+start pebble env PEBBLE_VA_NOSLEEP=1 bin/pebble -config "${pebble_cfg}" -dnsserver "127.0.0.1:${p_acme_dns}"
+check "the ACME server (Pebble) answers" 30 curl -sf --cacert "${dir}/pebble/api.crt" "https://127.0.0.1:${p_pebble}/dir"
+
 # --- the operator ------------------------------------------------------------------------
-say "3. The operator, with its embedded proxy on ${proxy}"
+say "3. The operator, with its embedded proxy on ${proxy} and https://127.0.0.1:${p_tls}"
 kubectl create namespace tenantroute-system >/dev/null
 kubectl -n tenantroute-system create secret generic cloudflare-token --from-literal=token=emulator-token >/dev/null
 kubectl -n tenantroute-system create secret generic aws-credentials \
@@ -157,8 +169,12 @@ start manager bin/manager --namespace tenantroute-system --metrics-bind-address 
   --health-probe-bind-address "127.0.0.1:${p_probes}" --proxy-bind-address "127.0.0.1:${p_proxy}" \
   --lookup-bind-address "127.0.0.1:${p_lookup}" --lookup-token-file "${dir}/lookup-token" \
   --dns-resolver "127.0.0.1:${p_dns}" --custom-domain-check-interval 2s \
-  --route-cache-ttl 2s "${redis_args[@]}"
+  --route-cache-ttl 2s "${redis_args[@]}" \
+  --tls-bind-address "127.0.0.1:${p_tls}" --acme-ca "https://127.0.0.1:${p_pebble}/dir" --acme-ca-roots "${dir}/pebble/api.crt" \
+  --acme-storage-dir "${dir}/acme" --certificate-status-interval 2s --https-redirect-port 0
 check "the manager is healthy" 60 curl -sf "http://127.0.0.1:${p_probes}/readyz"
+note "HTTPS on ${p_tls}: certificates on demand from Pebble, for granted hostnames only (the redirect from HTTP is off"
+note "here so that the plain-HTTP steps below stay plain; by default it is on)"
 
 cat > "${dir}/objects.yaml" <<YAML
 apiVersion: v1
@@ -296,6 +312,20 @@ check "each TenantRoute got a FailedOver event" 10 bash -c "kubectl get events -
 show kubectl get events -n tenants --field-selector reason=FailedOver
 show kubectl get events --field-selector reason=FailedOver
 check "requests are still served from eu-west" 10 routed acme.auth.example.com eu-west
+note "off Cloudflare, the proxy terminates TLS itself: the custom domain login.acme.com over HTTPS, its"
+note "certificate obtained from the ACME server on this first handshake (the CA's root from Pebble):"
+curl -s --cacert "${dir}/pebble/api.crt" "https://127.0.0.1:${p_pebble_mgmt}/roots/0" > "${dir}/pebble/root.pem"
+https_routed() { curl -sf --max-time 30 --cacert "${dir}/pebble/root.pem" --resolve "login.acme.com:${p_tls}:127.0.0.1" \
+  "https://login.acme.com:${p_tls}/" | grep -q '"region":"eu-west"'; }
+check "https://login.acme.com is served from eu-west with a certificate the CA issued" 60 https_routed
+show curl -sS --cacert "${dir}/pebble/root.pem" --resolve "login.acme.com:${p_tls}:127.0.0.1" \
+  -w '%{http_code}, certificate verified: %{ssl_verify_result} (0 = yes)\n' "https://login.acme.com:${p_tls}/"
+no_cert() { ! curl -s --max-time 5 --cacert "${dir}/pebble/root.pem" --resolve "random.attacker.test:${p_tls}:127.0.0.1" \
+  -o /dev/null "https://random.attacker.test:${p_tls}/"; }
+check "a hostname without a route gets no certificate (and causes no ACME order)" 10 no_cert
+issued() { kubectl -n tenants get tenantroute acme -o jsonpath='{.status.certificates[?(@.hostname=="login.acme.com")].state}' | grep -qx Issued; }
+check "acme's status reports the certificate of login.acme.com" 30 issued
+show kubectl -n tenants get tenantroute acme -o jsonpath='{range .status.certificates[*]}{.hostname}: {.state} {.issuer} until {.notAfter}{"\n"}{end}'
 
 say "7. It recovers: after 2 good probes and the 5 s hold-down, traffic fails back"
 show curl -s -X POST "http://127.0.0.1:${p_edge_cf}/up"

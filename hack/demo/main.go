@@ -6,6 +6,8 @@
 //	demo freeports N           print N free local TCP ports
 //	demo metrics URL...        fail unless every metric the shipped Grafana dashboard
 //	                           and alert rules name is served by one of the URLs
+//	demo pebble-config ...     write the local ACME server's (Pebble's) configuration
+//	                           and API certificate; print the configuration's path
 package main
 
 import (
@@ -36,7 +38,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		log.Fatal("usage: demo controlplane|servers|freeports|metrics ...")
+		log.Fatal("usage: demo controlplane|servers|freeports|metrics|pebble-config ...")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -50,6 +52,8 @@ func main() {
 		err = freePorts(os.Args[2:])
 	case "metrics":
 		err = checkMetrics(ctx, os.Args[2:])
+	case "pebble-config":
+		err = pebbleConfig(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -231,5 +235,24 @@ func checkMetrics(ctx context.Context, urls []string) error {
 		return fmt.Errorf("metrics named by the dashboard or the alerts but not served:\n  %s", strings.Join(missing, "\n  "))
 	}
 	fmt.Printf("%d dashboard and alert queries: every metric they name is served\n", len(queries))
+	return nil
+}
+
+// pebbleConfig writes Pebble's configuration: its ACME API and management API on the
+// given addresses, validating on the proxy's plain and TLS ports.
+func pebbleConfig(args []string) error {
+	fs := flag.NewFlagSet("pebble-config", flag.ExitOnError)
+	dir := fs.String("dir", "", "directory to write into")
+	var o testenv.PebbleOptions
+	fs.StringVar(&o.Listen, "listen", "", "ACME API address")
+	fs.StringVar(&o.Management, "management", "", "management API address")
+	fs.IntVar(&o.HTTPPort, "http-port", 0, "port HTTP-01 validations connect to (the proxy's plain listener)")
+	fs.IntVar(&o.TLSPort, "tls-port", 0, "port TLS-ALPN-01 validations connect to (the proxy's TLS listener)")
+	_ = fs.Parse(args)
+	cfg, _, err := testenv.WritePebbleConfig(*dir, o)
+	if err != nil {
+		return err
+	}
+	fmt.Println(cfg)
 	return nil
 }

@@ -44,6 +44,33 @@ type PebbleOptions struct {
 	Validity          time.Duration
 	// Blocked names are refused at the order (a CA's policy).
 	Blocked []string
+	// Listen and Management are the ACME API's and the management API's addresses.
+	Listen, Management string
+}
+
+// WritePebbleConfig writes Pebble's configuration and its API's certificate into
+// dir; it returns the configuration file and the roots that trust the API.
+func WritePebbleConfig(dir string, o PebbleOptions) (string, *x509.CertPool, error) {
+	certFile, keyFile, apiRoots, err := WriteSelfSigned(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	validity := o.Validity
+	if validity == 0 {
+		validity = 90 * 24 * time.Hour
+	}
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress": o.Listen, "managementListenAddress": o.Management,
+		"certificate": certFile, "privateKey": keyFile,
+		"httpPort": o.HTTPPort, "tlsPort": o.TLSPort,
+		"ocspResponderURL": "", "externalAccountBindingRequired": false,
+		"keyAlgorithm": "ecdsa", "domainBlocklist": o.Blocked,
+		"profiles": map[string]any{"default": map[string]any{
+			"description": "test", "validityPeriod": int(validity.Seconds())}},
+	}}
+	b, _ := json.Marshal(cfg)
+	cfgFile := filepath.Join(dir, "pebble.json")
+	return cfgFile, apiRoots, os.WriteFile(cfgFile, b, 0o600)
 }
 
 // Orders is how many orders Pebble has accepted.
@@ -85,8 +112,6 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	pebble := ToolBinary(t, "pebble", "github.com/letsencrypt/pebble/v2/cmd/pebble")
 	challtest := ToolBinary(t, "pebble-challtestsrv", "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv")
 	dir := t.TempDir()
-	certFile, keyFile, apiRoots := selfSigned(t, dir)
-
 	dnsPort := FreePort(t)
 	dns := exec.Command(challtest, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
 		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(FreePort(t)),
@@ -94,26 +119,12 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	startLogged(t, dns, "challtestsrv", nil)
 
 	apiPort, mgmtPort := FreePort(t), FreePort(t)
-	validity := o.Validity
-	if validity == 0 {
-		validity = 90 * 24 * time.Hour
-	}
-	cfg := map[string]any{"pebble": map[string]any{
-		"listenAddress":           "127.0.0.1:" + strconv.Itoa(apiPort),
-		"managementListenAddress": "127.0.0.1:" + strconv.Itoa(mgmtPort),
-		"certificate":             certFile, "privateKey": keyFile,
-		"httpPort": o.HTTPPort, "tlsPort": o.TLSPort,
-		"ocspResponderURL": "", "externalAccountBindingRequired": false,
-		"keyAlgorithm": "ecdsa", "domainBlocklist": o.Blocked,
-		"profiles": map[string]any{"default": map[string]any{
-			"description": "test", "validityPeriod": int(validity.Seconds())}},
-	}}
-	b, _ := json.Marshal(cfg)
-	cfgFile := filepath.Join(dir, "pebble.json")
-	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+	o.Listen, o.Management = "127.0.0.1:"+strconv.Itoa(apiPort), "127.0.0.1:"+strconv.Itoa(mgmtPort)
+	cfgFile, apiRoots, err := WritePebbleConfig(dir, o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Pebble{Directory: fmt.Sprintf("https://127.0.0.1:%d/dir", apiPort), APIRoots: apiRoots}
+	p := &Pebble{Directory: "https://" + o.Listen + "/dir", APIRoots: apiRoots}
 	cmd := exec.Command(pebble, "-config", cfgFile, "-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort))
 	// No random wait before validating, and no nonces refused on purpose: the tests
 	// count orders, and a retried order would count twice.
@@ -179,37 +190,37 @@ func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) {
 	})
 }
 
-// selfSigned writes a certificate for 127.0.0.1 and localhost (Pebble's API) and
-// returns the pool that trusts it.
-func selfSigned(t testing.TB, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+// WriteSelfSigned writes a certificate for 127.0.0.1 and localhost (Pebble's API)
+// into dir and returns the pool that trusts it.
+func WriteSelfSigned(dir string) (certFile, keyFile string, pool *x509.CertPool, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble api"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(7 * 24 * time.Hour),
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	certFile, keyFile = filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	cert, _ := x509.ParseCertificate(der)
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	return certFile, keyFile, pool, nil
 }
