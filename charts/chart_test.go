@@ -242,6 +242,21 @@ func TestRenderingsApplyServerSide(t *testing.T) {
 						t.Errorf("proxy fleet args %v lack %s", fleet, want)
 					}
 				}
+				// HTTPS on both proxies, the certificate status reported by the manager.
+				for _, want := range []string{"--tls-bind-address=:9443", "--tls-cert-dir=/etc/tenantroute/certs",
+					"--acme-ca=https://acme-v02.api.letsencrypt.org/directory", "--acme-email=platform@example.com",
+					"--acme-ca-roots=/etc/tenantroute/acme-roots/ca.crt", "--https-redirect-port=443"} {
+					if !slices.Contains(fleet, want) || !slices.Contains(args, want) {
+						t.Errorf("proxy fleet args %v or manager args %v lack %s", fleet, args, want)
+					}
+				}
+				if !slices.Contains(args, "--certificate-status") {
+					t.Errorf("manager args %v lack --certificate-status (the fleet serves HTTPS)", args)
+				}
+				ports, _, _ := unstructured.NestedSlice(find(objs, "Service", releaseName+"-proxy-fleet").Object, "spec", "ports")
+				if !slices.ContainsFunc(ports, func(p any) bool { return p.(map[string]any)["targetPort"] == "proxy-https" }) {
+					t.Errorf("the fleet's Service has no HTTPS port: %v", ports)
+				}
 				// The shipped alerts and dashboard are config/'s, unchanged.
 				rule := find(objs, "PrometheusRule", releaseName+"-alerts")
 				wantRule := decode(t, readFile(t, "config/prometheus/alerts.yaml"))[0]

@@ -2,16 +2,16 @@
 # Installs the system packages a make target needs when they are missing, so that
 # `make test` and `make demo` work on a fresh machine with nothing typed before them.
 #   hack/ensure-deps.sh test    redis-server (the proxy and operator tests run a real Redis)
-#   hack/ensure-deps.sh bench   redis-server, nginx and wrk (the side-by-side benchmark scripts)
+#   hack/ensure-deps.sh bench   redis-server, nginx, wrk and h2load (the side-by-side benchmark scripts)
 # Packages come from apt-get, as root or with passwordless sudo; otherwise the script
 # stops with one line naming the command to run.
 set -euo pipefail
 
 want=(make git curl redis-server)
-[[ "${1:-test}" == bench ]] && want+=(nginx wrk)
+[[ "${1:-test}" == bench ]] && want+=(nginx wrk nghttp2-client)
 
 # The command each package provides.
-declare -A provides=([make]=make [git]=git [curl]=curl [redis-server]=redis-server [nginx]=nginx [wrk]=wrk)
+declare -A provides=([make]=make [git]=git [curl]=curl [redis-server]=redis-server [nginx]=nginx [wrk]=wrk [nghttp2-client]=h2load)
 
 missing=()
 for pkg in "${want[@]}"; do

@@ -103,6 +103,62 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end -}}
 
+{{/* HTTPS on a proxy (embedded or fleet): README "HTTPS and certificates". */}}
+{{- define "tenantroute.tlsArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls-bind-address=:9443
+- --https-redirect-port={{ .Values.tls.redirectPort }}
+{{- if .Values.tls.certificateSecrets }}
+- --tls-cert-dir=/etc/tenantroute/certs
+{{- end }}
+{{- with .Values.tls.acme.ca }}
+- --acme-ca={{ . }}
+- --acme-storage-dir=/var/lib/tenantroute/acme
+{{- end }}
+{{- with .Values.tls.acme.email }}
+- --acme-email={{ . }}
+{{- end }}
+{{- if .Values.tls.acme.caRootsSecret.name }}
+- --acme-ca-roots=/etc/tenantroute/acme-roots/ca.crt
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "tenantroute.tlsMounts" -}}
+{{- if .Values.tls.enabled }}
+{{- range .Values.tls.certificateSecrets }}
+- {name: cert-{{ . }}, mountPath: /etc/tenantroute/certs/{{ . }}, readOnly: true}
+{{- end }}
+{{- if .Values.tls.acme.ca }}
+- {name: acme, mountPath: /var/lib/tenantroute/acme}
+{{- end }}
+{{- if .Values.tls.acme.caRootsSecret.name }}
+- {name: acme-roots, mountPath: /etc/tenantroute/acme-roots, readOnly: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "tenantroute.tlsVolumes" -}}
+{{- if .Values.tls.enabled }}
+{{- range .Values.tls.certificateSecrets }}
+- name: cert-{{ . }}
+  secret:
+    secretName: {{ . }}
+    items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]
+{{- end }}
+{{- if .Values.tls.acme.ca }}
+# Used only without Redis (with Redis the certificates are shared there).
+- {name: acme, emptyDir: {}}
+{{- end }}
+{{- if .Values.tls.acme.caRootsSecret.name }}
+- name: acme-roots
+  secret:
+    secretName: {{ .Values.tls.acme.caRootsSecret.name }}
+    items: [{key: {{ .Values.tls.acme.caRootsSecret.key }}, path: ca.crt}]
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The generated secrets (lookup token, HMAC key, Redis password), as YAML: the
 values of the live Secrets when they exist (upgrades keep them), else random ones.
 Computed once per rendering and kept in .Values, so that the Secrets and the pods'

@@ -42,7 +42,17 @@ func main() {
 	ttl := flag.Duration("route-ttl", 30*time.Second, "in-memory route TTL")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until interrupted")
 	metricsAddr := flag.String("metrics", "", "serve the proxy's Prometheus metrics on this address")
+	tlsListen := flag.String("tls-listen", "", "also serve HTTPS here, with the certificate in -cert-dir")
+	certDir := flag.String("cert-dir", "", "directory with tls.crt and tls.key")
+	genCert := flag.String("gen-cert", "", "write a certificate for bench.example.com (and 127.0.0.1, which wrk sends as SNI) into this directory and exit")
+	h2Listen := flag.String("h2-listen", "", "also serve HTTP/2 over TLS here through net/http (a front sharing the routing chain), for comparison")
 	flag.Parse()
+	if *genCert != "" {
+		if err := writeCert(*genCert); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -84,6 +94,15 @@ func main() {
 		}()
 	}
 	chain := proxy.NewChain(proxy.ChainOptions{TTL: *ttl}, layers...)
-	srv := &proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: *listen}
+	p := proxy.New(chain, proxy.Options{})
+	if *tlsListen != "" {
+		if err := p.EnableTLS(proxy.TLSOptions{Listen: *tlsListen, CertDir: *certDir}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *h2Listen != "" {
+		go func() { log.Fatal(serveH2(*h2Listen, *certDir, chain)) }()
+	}
+	srv := &proxy.Server{Proxy: p, Listen: *listen}
 	log.Fatal(srv.Start(context.Background()))
 }
