@@ -4,6 +4,8 @@
 # the ratios.
 # Needs nginx and wrk (apt-get install nginx wrk).
 set -euo pipefail
+# shellcheck source=bench/measure.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench/measure.sh"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 duration="${DURATION:-15s}"
 work="$(mktemp -d)"
@@ -41,9 +43,6 @@ nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
 sleep 1
 mapfile -t nginx_workers < <(pgrep -P "${pids[-1]}")
 
-# CPU time (user + system, in clock ticks) of the processes whose pids are given.
-ticks() { local t=0 p; for p in "$@"; do t=$(( t + $(awk '{print $14 + $15}' "/proc/${p}/stat") )); done; echo "${t}"; }
-hz=$(getconf CLK_TCK)
 
 measure() { # name url pids...
   local name=$1 url=$2; shift 2
@@ -58,7 +57,6 @@ measure() { # name url pids...
   # CPU per request: a steadier measure than throughput on a machine whose speed drifts.
   echo "${name} ${rps} ${p99} $(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
 }
-to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) { sub(/us/,"",v); print v/1000 } else if (v ~ /ms$/) { sub(/ms/,"",v); print v } else { sub(/s/,"",v); print v*1000 } }'; }
 
 # Alternate the two, several rounds, and compare medians: this machine's throughput
 # drifts by 10-20% from one run to the next.
@@ -68,7 +66,6 @@ for _ in $(seq "${rounds}"); do
   measure nginx http://127.0.0.1:19003/ "${nginx_workers[@]}" >> "${work}/results"
   measure proxy http://127.0.0.1:19002/ "${proxy_pid}" >> "${work}/results"
 done
-median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 nginx_rps=$(awk '$1 == "nginx" { print $2 }' "${work}/results" | median)
 proxy_rps=$(awk '$1 == "proxy" { print $2 }' "${work}/results" | median)
 nginx_ms=$(awk '$1 == "nginx" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)

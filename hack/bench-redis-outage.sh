@@ -4,6 +4,8 @@
 # the lookups go, through the open circuit breaker, to the lookup endpoint.
 # Needs redis-server and wrk (apt-get install redis-server wrk).
 set -euo pipefail
+# shellcheck source=bench/measure.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench/measure.sh"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 duration="${DURATION:-15s}"
 work="$(mktemp -d)"
@@ -23,7 +25,6 @@ run() { wrk -t1 -c50 -d"${duration}" --latency -H 'Host: bench.example.com' http
 p99() { awk '$1 == "99%" {print $2}' "${work}/$1.txt"; }
 rps() { awk '/Requests\/sec/ {print $2}' "${work}/$1.txt"; }
 errors() { awk '/Non-2xx|Socket errors/ {print}' "${work}/$1.txt"; }
-to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) { sub(/us/,"",v); print v/1000 } else if (v ~ /ms$/) { sub(/ms/,"",v); print v } else { sub(/s/,"",v); print v*1000 } }'; }
 
 wrk -t1 -c50 -d2s -H 'Host: bench.example.com' http://127.0.0.1:19002/ >/dev/null
 run redis_up

@@ -10,6 +10,8 @@
 #                beside the proxy's HTTP/1.1 over TLS
 # Needs nginx, wrk and h2load (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
+# shellcheck source=bench/measure.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench/measure.sh"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 duration="${DURATION:-10s}"
 rounds="${ROUNDS:-3}"
@@ -60,9 +62,6 @@ nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
 sleep 1
 mapfile -t nginx_workers < <(pgrep -P "${pids[-1]}")
 
-ticks() { local t=0 p; for p in "$@"; do t=$(( t + $(awk '{print $14 + $15}' "/proc/${p}/stat") )); done; echo "${t}"; }
-hz=$(getconf CLK_TCK)
-to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) { sub(/us/,"",v); print v/1000 } else if (v ~ /ms$/) { sub(/ms/,"",v); print v } else { sub(/s/,"",v); print v*1000 } }'; }
 
 # wrk_run name kind url pids...: one measurement with wrk; kind is keepalive or handshake.
 wrk_run() {
@@ -105,7 +104,6 @@ for _ in $(seq "${rounds}"); do
   h2_run nginx https://127.0.0.1:19023/ "${nginx_workers[@]}" >> "${work}/results"
   h2_run go-net-http https://127.0.0.1:19022/ "${proxy_pid}" >> "${work}/results"
 done
-median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 col() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n { print $c }' "${work}/results" | median; }
 echo "each run (kind, name, per second, p99 ms (http2: mean), CPU us per request):"
 sed 's/^/  /' "${work}/results"
