@@ -225,7 +225,11 @@ func (f *tlsFront) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate,
 	if f.static != nil {
 		if c := f.static.match(name); c != nil {
 			observeHandshake("secret")
-			f.served.note(name, c, "secret")
+			// A wildcard answers any name under it: only a routed one is recorded, or
+			// random names would each cost a record.
+			if !f.served.noted(name, c) && f.routed(hello.Context(), name) {
+				f.served.note(name, c, "secret")
+			}
 			return c, nil
 		}
 	}
@@ -255,25 +259,30 @@ var (
 	errOrderBackoff = errors.New("no order now")
 )
 
+// routed reports whether a fresh lookup finds a route for name.
+func (f *tlsFront) routed(ctx context.Context, name string) bool {
+	var buf [256]byte
+	host, err := routes.NormalizeHost([]byte(name), buf[:0])
+	if err != nil {
+		return false
+	}
+	route, outcome := f.chain.Lookup(ctx, host)
+	return route != nil && (outcome == OutcomeHit || outcome == OutcomeResolved)
+}
+
 // decide is the on-demand gate: a certificate is ordered only for a hostname that a
 // fresh lookup says has a route (a granted hostname: a managed-zone name, or a custom
 // domain whose owner proved control). A stale answer or a failed lookup is a no: an
 // order is never placed on a guess.
 func (f *tlsFront) decide(ctx context.Context, name string) error {
-	var buf [256]byte
-	host, err := routes.NormalizeHost([]byte(name), buf[:0])
-	if err != nil {
-		return errNotRouted
-	}
-	route, outcome := f.chain.Lookup(ctx, host)
-	if route == nil || (outcome != OutcomeHit && outcome != OutcomeResolved) {
+	if !f.routed(ctx, name) {
 		return errNotRouted
 	}
 	f.mu.Lock()
-	failure := f.failures[string(host)]
+	failure := f.failures[name]
 	f.mu.Unlock()
 	if time.Now().Before(failure.until) {
-		return fmt.Errorf("%w: the last %d orders for %s failed; the next is allowed at %s", errOrderBackoff, failure.count, host, failure.until.Format(time.RFC3339))
+		return fmt.Errorf("%w: the last %d orders for %s failed; the next is allowed at %s", errOrderBackoff, failure.count, name, failure.until.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -402,6 +411,16 @@ func (s *servedCerts) send(host string, rec routes.CertRecord) {
 	default:
 		certRecordErrors.Inc() // the next change or restart writes it again
 	}
+}
+
+// noted reports whether c is the certificate last recorded for host.
+func (s *servedCerts) noted(host string, c *tls.Certificate) bool {
+	if c.Leaf == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serial[host] == c.Leaf.SerialNumber.String()
 }
 
 func (s *servedCerts) note(host string, c *tls.Certificate, source string) {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -268,5 +269,34 @@ func TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS(t *testing.T) {
 		if resp = get("plain.other.test", "/", ""); resp.StatusCode != http.StatusOK {
 			t.Fatalf("hostname without a certificate: %d, want it forwarded", resp.StatusCode)
 		}
+	}
+}
+
+// TestRandomNamesUnderAWildcardAreNotRecorded: a wildcard answers any name under it;
+// only routed hostnames get a certificate record (for the status), or each random
+// name a client sends would cost a write to Redis and memory in the proxy.
+func TestRandomNamesUnderAWildcardAreNotRecorded(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ln, tln := listenPair(t)
+	tp := startTLSProxy(t, map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+		ln, tln, TLSOptions{CertDir: dir})
+	names := []string{"acme.auth.example.com"}
+	for i := range 50 {
+		names = append(names, fmt.Sprintf("r%d.auth.example.com", i))
+	}
+	for _, n := range names {
+		if got := serialOf(t, tp.secure, n, ca.pool); got != 10 {
+			t.Fatalf("%s: serial %d", n, got)
+		}
+	}
+	waitFor(t, 5*time.Second, "the routed hostname's record", func() bool {
+		recs, _ := tp.book.CertRecords(context.Background(), names[:1])
+		return recs[names[0]].Source == "secret"
+	})
+	recs, _ := tp.book.CertRecords(context.Background(), names)
+	if len(recs) != 1 {
+		t.Fatalf("%d records for 1 routed and 50 random names: %v", len(recs), recs)
 	}
 }
