@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,14 @@ type CertStatus struct {
 	Book     routes.CertBook
 	Recorder events.EventRecorder
 	Interval time.Duration
+	// limiter paces status patches (certStatusQPS) so that a first pass over every
+	// route (all Pending when the feature is turned on) leaves the API budget to the
+	// records and failovers.
+	limiter *rate.Limiter
 }
+
+// certStatusQPS is the pace of certificate status patches.
+const certStatusQPS = 20
 
 // Start implements manager.Runnable.
 func (s *CertStatus) Start(ctx context.Context) error {
@@ -52,11 +60,15 @@ func (s *CertStatus) NeedLeaderElection() bool { return true }
 const certBatch = 1000
 
 func (s *CertStatus) sync(ctx context.Context, now time.Time) error {
+	if s.limiter == nil {
+		s.limiter = rate.NewLimiter(certStatusQPS, certStatusQPS)
+	}
 	var list v1.TenantRouteList
 	if err := s.Client.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing TenantRoutes: %w", err)
 	}
 	counts := map[v1.CertificateState]int{}
+	var failed []error
 	var batch []*v1.TenantRoute
 	var hosts []string
 	flush := func() error {
@@ -69,8 +81,9 @@ func (s *CertStatus) sync(ctx context.Context, now time.Time) error {
 			for _, c := range certs {
 				counts[c.State]++
 			}
+			// One route's failed patch must not starve those after it.
 			if err := s.report(ctx, route, certs); err != nil {
-				return err
+				failed = append(failed, err)
 			}
 		}
 		batch, hosts = batch[:0], hosts[:0]
@@ -91,6 +104,9 @@ func (s *CertStatus) sync(ctx context.Context, now time.Time) error {
 	}
 	for _, state := range []v1.CertificateState{v1.CertificateIssued, v1.CertificatePending, v1.CertificateFailed} {
 		certificates.WithLabelValues(string(state)).Set(float64(counts[state]))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d certificate status patches failed, the first: %w", len(failed), failed[0])
 	}
 	return nil
 }
@@ -134,6 +150,9 @@ func (s *CertStatus) report(ctx context.Context, route *v1.TenantRoute, certs []
 	before := map[string]v1.HostnameCertificate{}
 	for _, c := range route.Status.Certificates {
 		before[c.Hostname] = c
+	}
+	if err := s.limiter.Wait(ctx); err != nil {
+		return err
 	}
 	original := route.DeepCopy()
 	route.Status.Certificates = certs

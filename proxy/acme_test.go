@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +108,7 @@ func TestACMECertificateOnFirstHandshakeOnlyForRoutedHostnames(t *testing.T) {
 	be, _ := backend(t, "eu-west-a")
 	tp := startTLSProxy(t, map[string]Route{
 		"login.acme.test": {Tenant: "acme", Region: "eu-west", Backends: []string{be.URL}},
+		"new.acme.test":   {Tenant: "acme", Region: "eu-west", Backends: []string{be.URL}},
 	}, ln, tln, TLSOptions{RedirectPort: port(tln), ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}})
 
 	client := httpsClient(tp.secure, pebble.IssuerRoots)
@@ -160,8 +163,21 @@ func TestACMECertificateOnFirstHandshakeOnlyForRoutedHostnames(t *testing.T) {
 	if resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != want {
 		t.Fatalf("plain request: %d Location %q, want 308 %q", resp.StatusCode, resp.Header.Get("Location"), want)
 	}
+	// A routed hostname without a certificate yet is served over plain HTTP, not sent
+	// (with a redirect browsers cache) to an HTTPS that may not work.
+	req.Host = "new.acme.test"
+	if resp, err = plain.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("plain request for a hostname without a certificate: %d, want it forwarded", resp.StatusCode)
+	}
 
 	// What the operator reports: the certificate served, from its issuer.
+	if n := pebble.Orders(); n != 1 {
+		t.Fatalf("%d orders after plain requests, want still 1", n)
+	}
 	recs, _ := tp.book.CertRecords(context.Background(), []string{"login.acme.test", "x0.attacker.test"})
 	rec, ok := recs["login.acme.test"]
 	if !ok || rec.Source != "acme" || rec.Error != "" || rec.Issuer == "" || time.Until(rec.NotAfter) < 24*time.Hour {
@@ -214,6 +230,49 @@ func TestTwoReplicasShareOneCertificate(t *testing.T) {
 	if n := pebble.Orders(); n != 1 {
 		t.Fatalf("%d orders for one hostname on two replicas, want 1", n)
 	}
+
+	// A third replica starts while every route lookup fails: it still serves the
+	// certificate the others stored, and orders nothing.
+	ln3, tln3 := listenPair(t)
+	storage, _ := redisStorage(t, r)
+	third := startTLSProxy(t, rts, ln3, tln3, TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}})
+	third.src.mu.Lock()
+	third.src.fail = errors.New("lookup source down")
+	third.src.mu.Unlock()
+	c, err := handshake(third.secure, "shop.tenant.test", pebble.IssuerRoots)
+	if err != nil {
+		t.Fatalf("a replica whose lookups fail does not serve the stored certificate: %v", err)
+	}
+	if c.SerialNumber.String() != serials[0] || pebble.Orders() != 1 {
+		t.Fatalf("third replica: serial %s (want %s), %d orders", c.SerialNumber, serials[0], pebble.Orders())
+	}
+	if _, err := handshake(third.secure, "other.tenant.test", pebble.IssuerRoots); err == nil || pebble.OrderRequests() != 1 {
+		t.Fatalf("while lookups fail, a name without a stored certificate: %v, %d order requests", err, pebble.OrderRequests())
+	}
+}
+
+// TestACMEProtocolBesideOthersIsAnOrdinaryHandshake: a client offering acme-tls/1
+// beside http/1.1 gets the mounted wildcard like any client; only a handshake offering
+// acme-tls/1 alone (a CA validating) reaches the ACME library's challenge path, so no
+// order is placed for names the wildcard already covers.
+func TestACMEProtocolBesideOthersIsAnOrdinaryHandshake(t *testing.T) {
+	ln, tln := listenPair(t)
+	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln)})
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	tp := startTLSProxy(t, map[string]Route{"shop.auth.example.com": {Tenant: "s", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+		ln, tln, TLSOptions{CertDir: dir, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t)}})
+	c, err := tls.Dial("tcp", tp.secure, &tls.Config{ServerName: "shop.auth.example.com", RootCAs: ca.pool, NextProtos: []string{"http/1.1", "acme-tls/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	c.Close()
+	time.Sleep(300 * time.Millisecond)
+	if serial != 10 || pebble.OrderRequests() != 0 {
+		t.Fatalf("serial %d (want the wildcard's 10), %d order requests (want 0)", serial, pebble.OrderRequests())
+	}
 }
 
 // TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake: short-lived certificates
@@ -264,8 +323,9 @@ func TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake(t *testing.T) {
 func TestFailedIssuanceIsRecordedAndHeldBack(t *testing.T) {
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln), Blocked: []string{"tenant.test"}})
+	storage, _ := redisStorage(t, testenv.StartRedis(t))
 	tp := startTLSProxy(t, map[string]Route{"broken.tenant.test": {Tenant: "b", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{HandshakeTimeout: 3 * time.Second, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t), FailureBackoff: time.Minute}})
+		ln, tln, TLSOptions{HandshakeTimeout: 3 * time.Second, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}})
 	start := time.Now()
 	if _, err := handshake(tp.secure, "broken.tenant.test", pebble.IssuerRoots); err == nil {
 		t.Fatal("a certificate although the CA refuses the name")
@@ -292,6 +352,16 @@ func TestFailedIssuanceIsRecordedAndHeldBack(t *testing.T) {
 	}
 	if n := pebble.OrderRequests(); n != asked {
 		t.Fatalf("%d order requests after 10 handshakes in the backoff, want still %d", n, asked)
+	}
+	// Another replica sharing the storage holds the hostname back too.
+	ln2, tln2 := listenPair(t)
+	other := startTLSProxy(t, map[string]Route{"broken.tenant.test": {Tenant: "b", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+		ln2, tln2, TLSOptions{HandshakeTimeout: 3 * time.Second, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}})
+	if _, err := handshake(other.secure, "broken.tenant.test", pebble.IssuerRoots); err == nil {
+		t.Fatal("a certificate although the CA refuses the name")
+	}
+	if n := pebble.OrderRequests(); n != asked {
+		t.Fatalf("another replica placed an order in the backoff: %d order requests, want %d", n, asked)
 	}
 }
 

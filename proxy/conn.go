@@ -56,14 +56,14 @@ func newIdleConn(c net.Conn, readIdle, writeIdle time.Duration, onClose func()) 
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	if !c.readHard.Load() && !c.closed.Load() {
-		moveIdle(&c.readMu, &c.readHard, &c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
+		moveIdle(&c.readMu, &c.readHard, &c.closed, &c.readUntil, c.readIdle, c.Conn.SetReadDeadline)
 	}
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	if !c.writeHard.Load() && !c.closed.Load() {
-		moveIdle(&c.writeMu, &c.writeHard, &c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
+		moveIdle(&c.writeMu, &c.writeHard, &c.closed, &c.writeUntil, c.writeIdle, c.Conn.SetWriteDeadline)
 	}
 	return c.Conn.Write(b)
 }
@@ -74,14 +74,14 @@ var epoch = time.Now()
 
 // moveIdle sets the idle deadline again once less than idle is left of it, unless an
 // explicit deadline holds.
-func moveIdle(mu *sync.Mutex, hard *atomic.Bool, until *atomic.Int64, idle time.Duration, set func(time.Time) error) {
+func moveIdle(mu *sync.Mutex, hard, closed *atomic.Bool, until *atomic.Int64, idle time.Duration, set func(time.Time) error) {
 	now := time.Since(epoch)
 	if time.Duration(until.Load())-now >= idle {
 		return
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if hard.Load() {
+	if hard.Load() || closed.Load() {
 		return
 	}
 	deadline := now + idle + idle/16
@@ -90,35 +90,35 @@ func moveIdle(mu *sync.Mutex, hard *atomic.Bool, until *atomic.Int64, idle time.
 }
 
 func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	if c.closed.Load() {
 		return nil // the lingering close owns the deadline now
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
 	c.readHard.Store(!t.IsZero())
 	c.readUntil.Store(0)
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) SetWriteDeadline(t time.Time) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	if c.closed.Load() {
 		return nil // the lingering close owns the deadline now
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
 	c.writeHard.Store(!t.IsZero())
 	c.writeUntil.Store(0)
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
-	if c.closed.Load() {
-		return nil // the lingering close owns the deadline now
-	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.closed.Load() {
+		return nil // the lingering close owns the deadline now
+	}
 	c.readHard.Store(!t.IsZero())
 	c.writeHard.Store(!t.IsZero())
 	c.readUntil.Store(0)
@@ -127,7 +127,14 @@ func (c *idleConn) SetDeadline(t time.Time) error {
 }
 
 func (c *idleConn) Close() error {
-	if !c.closed.CompareAndSwap(false, true) {
+	// Under both locks, so that a deadline setter that checked closed before cannot
+	// overwrite the lingering close's deadline after.
+	c.readMu.Lock()
+	c.writeMu.Lock()
+	first := c.closed.CompareAndSwap(false, true)
+	c.writeMu.Unlock()
+	c.readMu.Unlock()
+	if !first {
 		return nil
 	}
 	if tc, ok := c.Conn.(*net.TCPConn); ok && c.linger > 0 && tc.CloseWrite() == nil {

@@ -48,6 +48,10 @@ var (
 		Name: "tenantroute_proxy_certificate_record_errors_total",
 		Help: "Certificate records (for the TenantRoute status) that could not be written.",
 	})
+	storageUnreadable = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_certificate_storage_unreadable_total",
+		Help: "Values in the shared certificate storage that do not open with this proxy's key (the shared key was rotated, or the value was tampered with); they are treated as absent and obtained again.",
+	})
 	earliestExpiry = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tenantroute_proxy_certificate_earliest_expiry_timestamp_seconds",
 		Help: "When the certificate served by this proxy that expires first expires (Unix seconds); 0 before any TLS handshake.",
@@ -110,7 +114,7 @@ func declareLayer(layer string) {
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected,
-		handshakes, issuances, certReloadErrors, certRecordErrors, earliestExpiry} {
+		handshakes, issuances, certReloadErrors, certRecordErrors, storageUnreadable, earliestExpiry} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -157,13 +161,28 @@ func observeIssuance(renewal, ok bool) {
 	issuances.WithLabelValues(kind, result).Inc()
 }
 
-// observeExpiry remembers when the certificate served for host expires; the memory is
-// bounded like the records of served certificates.
-func observeExpiry(host string, notAfter time.Time) {
+// setExpiry remembers when the certificate served for a routed host expires (zero
+// forgets the host); the memory is bounded like the records of served certificates.
+func setExpiry(host string, notAfter time.Time) {
 	expiryMu.Lock()
 	defer expiryMu.Unlock()
+	if notAfter.IsZero() {
+		delete(expiries, host)
+		return
+	}
 	if len(expiries) >= maxServedRemembered {
 		clear(expiries)
 	}
 	expiries[host] = notAfter
+}
+
+// expiryHosts lists the hosts the expiry gauge covers.
+func expiryHosts() map[string]struct{} {
+	expiryMu.Lock()
+	defer expiryMu.Unlock()
+	out := make(map[string]struct{}, len(expiries))
+	for h := range expiries {
+		out[h] = struct{}{}
+	}
+	return out
 }

@@ -52,16 +52,18 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	go func() { errs <- srv.Serve(p.Listener(ln)) }()
 	if p.tls != nil && tln != nil {
 		p.tls.listening(ln.Addr(), tln.Addr())
-		if p.tls.static != nil {
-			go p.tls.static.watch(ctx, p.tls.opts.ReloadInterval)
-		}
+		go p.tls.run(ctx)
 		limited := &limitListener{Listener: tln, connLimits: p.limits, silent: true}
 		secure := &tlsListener{Listener: limited, config: p.tls.config(), timeout: p.tls.opts.HandshakeTimeout}
 		go func() { errs <- srv.Serve(secure) }()
 	}
 	select {
 	case err := <-errs:
-		_ = srv.Shutdown()
+		// One listener failed: the process must end (and restart) rather than serve on
+		// the other alone; long-lived connections get the same grace as on shutdown.
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.ShutdownWithContext(shutdown)
 		return err
 	case <-ctx.Done():
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)

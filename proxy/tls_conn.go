@@ -41,6 +41,10 @@ func (c *handshakeConn) handshake() error {
 	if c.done.Load() {
 		return nil
 	}
+	// fasthttp set its header timeout as the read deadline; the handshake (an order on
+	// demand included) has its own, longer one. fasthttp sets the deadline of each
+	// request afterwards.
+	_ = c.SetReadDeadline(time.Now().Add(c.timeout))
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // staticCerts are the certificates of mounted TLS Secrets, by the names they cover.
@@ -39,16 +36,20 @@ func loadStaticCerts(dir string) (*staticCerts, error) {
 }
 
 // match returns the certificate for name: an exact SAN first, then a wildcard one
-// label up (a wildcard never covers a deeper name or the bare domain).
+// label up (a wildcard never covers a deeper name or the bare domain). An expired one
+// is no match, so that ACME, if on, takes the name over.
 func (s *staticCerts) match(name string) *tls.Certificate {
 	set := s.set.Load()
-	if c := set.exact[name]; c != nil {
-		return c
+	c := set.exact[name]
+	if c == nil {
+		if i := strings.IndexByte(name, '.'); i > 0 {
+			c = set.wildcard[name[i+1:]]
+		}
 	}
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		return set.wildcard[name[i+1:]]
+	if c == nil || time.Now().After(c.Leaf.NotAfter) {
+		return nil
 	}
-	return nil
+	return c
 }
 
 // pairDirs lists where tls.crt/tls.key pairs are: the directory and each directory
@@ -146,21 +147,4 @@ func loadPair(crt, key string) (*tls.Certificate, error) {
 	}
 	c.Leaf = leaf
 	return &c, nil
-}
-
-// watch reloads the directory every interval until ctx ends.
-func (s *staticCerts) watch(ctx context.Context, interval time.Duration) {
-	log := logf.FromContext(ctx).WithName("certificates")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.reload(); err != nil {
-				log.Error(err, "reloading mounted certificates; the previous ones are still served")
-			}
-		}
-	}
 }

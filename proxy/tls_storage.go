@@ -86,11 +86,16 @@ func (s *RedisStorage) seal(key string, value []byte, modified time.Time) []byte
 func (s *RedisStorage) open(key string, sealed []byte) ([]byte, time.Time, error) {
 	n := s.aead.NonceSize()
 	if len(sealed) < n {
-		return nil, time.Time{}, fmt.Errorf("certificate storage: %s is not a sealed value", key)
+		storageUnreadable.Inc()
+		return nil, time.Time{}, fmt.Errorf("certificate storage: %s is not a sealed value: %w", key, fs.ErrNotExist)
 	}
 	plain, err := s.aead.Open(nil, sealed[:n], sealed[n:], []byte(key))
 	if err != nil || len(plain) < 8 {
-		return nil, time.Time{}, fmt.Errorf("certificate storage: %s does not open with this key (written with another key, or tampered with)", key)
+		// As if absent: after the shared key is rotated, the account and the
+		// certificates are obtained again and overwrite what no longer opens, instead
+		// of every load failing until someone deletes the keys by hand.
+		storageUnreadable.Inc()
+		return nil, time.Time{}, fmt.Errorf("certificate storage: %s does not open with this key (written with another key, or tampered with): %w", key, fs.ErrNotExist)
 	}
 	return plain[8:], time.Unix(0, int64(binary.BigEndian.Uint64(plain[:8]))), nil
 }
@@ -141,9 +146,19 @@ func (s *RedisStorage) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Exists implements certmagic.Storage.
+// Exists implements certmagic.Storage. A key is answered with one EXISTS; only a
+// missing one is looked for as a directory (a scan, which the library needs rarely).
 func (s *RedisStorage) Exists(ctx context.Context, key string) bool {
-	_, err := s.Stat(ctx, key)
+	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	n, err := s.kv.Client.Exists(opCtx, storagePrefix+key).Result()
+	cancel()
+	if err == nil && n > 0 {
+		return true
+	}
+	if strings.HasSuffix(key, ".crt") || strings.HasSuffix(key, ".key") || strings.HasSuffix(key, ".json") {
+		return false // a file's name: no directory has it
+	}
+	_, err = s.Stat(ctx, key)
 	return err == nil
 }
 
@@ -226,6 +241,12 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 	}
 	stop := make(chan struct{})
 	s.mu.Lock()
+	if old, ok := s.locks[name]; ok {
+		// This process held the lock before and lost it (its refreshes failed while
+		// Redis was away, and it expired): that holder's refresher stops here, and its
+		// Unlock finds the token changed.
+		close(old.stop)
+	}
 	s.locks[name] = heldLock{token: token, stop: stop}
 	s.mu.Unlock()
 	go func() {

@@ -300,3 +300,46 @@ func TestRandomNamesUnderAWildcardAreNotRecorded(t *testing.T) {
 		t.Fatalf("%d records for 1 routed and 50 random names: %v", len(recs), recs)
 	}
 }
+
+// TestExpiryGaugeFollowsWhatIsServed: the expiry gauge's hostnames follow the
+// certificates held, not the last handshake: a Secret renewed behind a quiet hostname
+// moves its expiry, and a certificate no longer held leaves the gauge (which would
+// otherwise page about a certificate nobody serves).
+func TestExpiryGaugeFollowsWhatIsServed(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ln, tln := listenPair(t)
+	tp := startTLSProxy(t, map[string]Route{"quiet.auth.example.com": {Tenant: "q", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+		ln, tln, TLSOptions{CertDir: dir, ReloadInterval: time.Hour})
+	first, err := handshake(tp.secure, "quiet.auth.example.com", ca.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := func() (time.Time, bool) {
+		expiryMu.Lock()
+		defer expiryMu.Unlock()
+		e, ok := expiries["quiet.auth.example.com"]
+		return e, ok
+	}
+	if e, ok := expiry(); !ok || !e.Equal(first.NotAfter) {
+		t.Fatalf("expiry %s (%v), want %s", e, ok, first.NotAfter)
+	}
+	time.Sleep(1100 * time.Millisecond) // a later NotAfter, at the certificate's 1 s resolution
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 11, "*.auth.example.com")
+	if err := tp.p.tls.static.reload(); err != nil {
+		t.Fatal(err)
+	}
+	tp.p.tls.sweepExpiries()
+	if e, _ := expiry(); !e.After(first.NotAfter) {
+		t.Fatalf("after the Secret's renewal and a sweep, expiry %s, want after %s", e, first.NotAfter)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "wildcard")); err != nil {
+		t.Fatal(err)
+	}
+	_ = tp.p.tls.static.reload()
+	tp.p.tls.sweepExpiries()
+	if e, ok := expiry(); ok {
+		t.Fatalf("a certificate no longer held is still in the gauge: %s", e)
+	}
+}
