@@ -93,6 +93,20 @@ func QuoteTXT(v string) string {
 	return strings.Join(parts, " ")
 }
 
+// QuotedTXTLen is len(QuoteTXT(v)), counted without building it: batch limits are
+// checked for every change of every plan.
+func QuotedTXTLen(v string) int {
+	n := -1 // no separator before the first part
+	for {
+		chunk := v[:min(len(v), 255)]
+		n += 1 + 2 + len(chunk) + strings.Count(chunk, `\`) + strings.Count(chunk, `"`)
+		v = v[len(chunk):]
+		if len(v) == 0 {
+			return n
+		}
+	}
+}
+
 func quoteDNS(s string) string {
 	return `"` + dnsQuoter.Replace(s) + `"`
 }
