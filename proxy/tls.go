@@ -35,8 +35,8 @@ type TLSOptions struct {
 	HandshakeTimeout time.Duration
 	// ACME obtains certificates on demand when its CA is set.
 	ACME ACMEOptions
-	// RedirectPort: plain-HTTP requests for a hostname the proxy can serve over TLS
-	// are redirected to HTTPS on this port (443 is left out of the URL); ACME
+	// RedirectPort: plain-HTTP requests for a hostname the proxy holds a certificate
+	// for are redirected to HTTPS on this port (443 is left out of the URL); ACME
 	// challenges never are. 0 turns the redirect off.
 	RedirectPort int
 	// Book, if set, is told which certificate each hostname is served with and of every
@@ -53,8 +53,9 @@ type ACMEOptions struct {
 	Email string
 	// RootCAs, if set, are the roots trusted for the CA's own API (a private CA).
 	RootCAs *x509.CertPool
-	// Storage holds the account, certificates, keys and locks, shared by every
-	// replica (RedisStorage); nil keeps them in memory of this process only.
+	// Storage holds the account, certificates, keys, locks and the order backoff:
+	// RedisStorage shares them among the replicas, a certmagic.FileStorage keeps them
+	// to one. Required with a CA.
 	Storage certmagic.Storage
 	// RenewalWindowRatio is the share of a certificate's lifetime left when it is
 	// renewed (certmagic's default, 1/3, when 0).
