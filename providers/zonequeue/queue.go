@@ -124,6 +124,8 @@ type Queue struct {
 	firstDirty  time.Time
 	lastDesired time.Time
 	expedite    bool
+	// heldAll: the last flush, streaming, found no full batch and held every owner back.
+	heldAll bool
 	wake        chan struct{}
 }
 
@@ -267,7 +269,17 @@ func (q *Queue) Run(ctx context.Context) {
 		// While desires keep arriving, only full batches go out; the remainder waits
 		// for the stream to pause, so that a long stream costs the batch minimum.
 		err := q.flush(ctx, !quiet)
+		q.mu.Lock()
+		heldAll := q.heldAll
+		q.heldAll = false
+		q.mu.Unlock()
 		switch {
+		case err == nil && heldAll:
+			// Nothing filled a batch: planning every pending owner again at once would
+			// only hold them again (the oldest desire is past MaxWait, so the queue is
+			// due at once). The next try waits for Quiet: for more desires to fill a
+			// batch, or for the stream to pause.
+			backoff = q.opts.Quiet
 		case err == nil:
 			backoff = 0
 		case providers.RetryAfter(err) > 0:
@@ -461,8 +473,8 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 			perOwner[key] = append(perOwner[key], c)
 		}
 	}
+	var held []string
 	if fullBatchesOnly {
-		var held []string
 		keys, held = q.fillBatches(keys, perOwner)
 		q.hold(held, pendingSince)
 		for _, key := range held {
@@ -473,6 +485,11 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	var changes []providers.Change
 	for _, key := range keys {
 		changes = append(changes, perOwner[key]...)
+	}
+	if len(held) > 0 && len(changes) == 0 {
+		q.mu.Lock()
+		q.heldAll = true
+		q.mu.Unlock()
 	}
 
 	started := time.Now()

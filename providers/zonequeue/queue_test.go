@@ -358,3 +358,34 @@ func TestEmptyDesiresAreKeptWhenTheListingMayBeStale(t *testing.T) {
 		t.Fatal("late's record was not deleted")
 	}
 }
+
+// TestAStreamDoesNotReplanInALoop: while desires trickle in without filling a batch,
+// the oldest past MaxWait makes the queue due at once; a flush then holds every owner
+// back, and the queue used to plan them all again immediately, over and over (the
+// flushes were most of the manager's CPU in a 10,000-route sync). It now tries again
+// after Quiet, and everything goes out once the stream pauses.
+func TestAStreamDoesNotReplanInALoop(t *testing.T) {
+	mem := newMem()
+	q := New(batchedMem{mem}, providers.Zone{Name: "example.com", ID: "z"},
+		Options{Quiet: 300 * time.Millisecond, MaxWait: 50 * time.Millisecond, Resync: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	const n = 75
+	for i := range n { // 1.5 s of desires, 20 ms apart: never quiet, never a full batch
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+		time.Sleep(20 * time.Millisecond)
+	}
+	mem.mu.Lock()
+	lists := mem.lists
+	mem.mu.Unlock()
+	// 1.5 s of stream: one try per Quiet after the first MaxWait, at most about 6.
+	if lists > 12 {
+		t.Fatalf("%d plans of the pending owners during a 1.5 s stream, want at most 12", lists)
+	}
+	waitFor(t, func() bool {
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		return mem.changes == n
+	})
+}
