@@ -126,7 +126,7 @@ type Queue struct {
 	expedite    bool
 	// heldAll: the last flush, streaming, found no full batch and held every owner back.
 	heldAll bool
-	wake        chan struct{}
+	wake    chan struct{}
 }
 
 // New returns the queue of one zone. provider should be a providers.Cached shared by
