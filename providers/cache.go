@@ -25,7 +25,10 @@ type Cached struct {
 type zoneRecords struct {
 	records  map[Key]Record
 	listedAt time.Time
-	snapshot []Record // sorted; rebuilt after changes
+	// snapshot is the records sorted by name and type. Callers hold on to it while
+	// they plan, so it is never modified: an apply merges its changes into a new one
+	// (O(n + k log k) for k changes) rather than sorting the zone again.
+	snapshot []Record
 }
 
 // NewCached lists each zone at most once per resync.
@@ -82,14 +85,40 @@ func (zr *zoneRecords) sorted() []Record {
 		for _, r := range zr.records {
 			zr.snapshot = append(zr.snapshot, r)
 		}
-		slices.SortFunc(zr.snapshot, func(a, b Record) int {
-			if n := strings.Compare(a.Name, b.Name); n != 0 {
-				return n
-			}
-			return strings.Compare(a.Type, b.Type)
-		})
+		slices.SortFunc(zr.snapshot, compareRecords)
 	}
 	return zr.snapshot
+}
+
+func compareRecords(a, b Record) int {
+	if n := strings.Compare(a.Name, b.Name); n != 0 {
+		return n
+	}
+	return strings.Compare(a.Type, b.Type)
+}
+
+// merge returns a new snapshot: the old one without the keys touched, merged with
+// those keys' records as they are now; c.mu must be held and zr.records updated.
+func (zr *zoneRecords) merge(touched map[Key]struct{}) []Record {
+	var now []Record
+	for k := range touched {
+		if r, ok := zr.records[k]; ok {
+			now = append(now, r)
+		}
+	}
+	slices.SortFunc(now, compareRecords)
+	out := make([]Record, 0, len(zr.records))
+	for _, r := range zr.snapshot {
+		if _, ok := touched[r.Key()]; ok {
+			continue
+		}
+		for len(now) > 0 && compareRecords(now[0], r) < 0 {
+			out = append(out, now[0])
+			now = now[1:]
+		}
+		out = append(out, r)
+	}
+	return append(out, now...)
 }
 
 // ApplyChanges applies through the provider and records the applied changes in the
@@ -109,15 +138,20 @@ func (c *Cached) ApplyChanges(ctx context.Context, zone Zone, changes []Change) 
 		delete(c.zones, zone.ID)
 		return res, err
 	}
+	touched := make(map[Key]struct{}, len(res.Applied))
 	for _, ch := range res.Applied {
 		if ch.Old != nil {
 			delete(zr.records, ch.Old.Key())
+			touched[ch.Old.Key()] = struct{}{}
 		}
 		if ch.New != nil {
 			zr.records[ch.New.Key()] = *ch.New
+			touched[ch.New.Key()] = struct{}{}
 		}
 	}
-	zr.snapshot = nil
+	if zr.snapshot != nil && len(touched) > 0 {
+		zr.snapshot = zr.merge(touched)
+	}
 	return res, err
 }
 

@@ -3,6 +3,9 @@ package providers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,5 +82,108 @@ func TestCachedResync(t *testing.T) {
 	_, _ = c.ListRecords(context.Background(), z)
 	if n := p.lists.Load(); n != 2 {
 		t.Errorf("%d list calls, want 2 (one per resync period)", n)
+	}
+}
+
+// TestCachedSnapshotMergesChanges: after applies, the cached zone reads exactly as a
+// fresh sort of its records would (the merge keeps order, replaces updated records,
+// drops deleted ones, adds new ones), and a snapshot a caller still holds is never
+// modified.
+func TestCachedSnapshotMergesChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	name := func() string { return fmt.Sprintf("h%03d.example.com", rng.IntN(300)) }
+	types := []string{TypeA, TypeCNAME, TypeTXT}
+	var initial []Record
+	seen := map[Key]bool{}
+	for range 200 {
+		r := Record{Name: name(), Type: types[rng.IntN(3)], Values: []string{"v0"}}
+		if !seen[r.Key()] {
+			seen[r.Key()] = true
+			initial = append(initial, r)
+		}
+	}
+	p := &countingProvider{records: initial}
+	c := NewCached(p, time.Hour)
+	z := Zone{Name: "example.com", ID: "z1"}
+	want := map[Key]Record{}
+	for _, r := range initial {
+		want[r.Key()] = r
+	}
+	held, _ := c.ListRecords(context.Background(), z)
+	heldCopy := slices.Clone(held)
+	for round := range 50 {
+		var changes []Change
+		for range 1 + rng.IntN(20) {
+			r := Record{Name: name(), Type: types[rng.IntN(3)], Values: []string{fmt.Sprint("v", round)}}
+			old, exists := want[r.Key()]
+			switch {
+			case exists && rng.IntN(2) == 0:
+				changes = append(changes, Change{Action: Delete, Old: &old})
+				delete(want, r.Key())
+			case exists:
+				changes = append(changes, Change{Action: Update, Old: &old, New: &r})
+				want[r.Key()] = r
+			default:
+				changes = append(changes, Change{Action: Create, New: &r})
+				want[r.Key()] = r
+			}
+		}
+		if _, err := c.ApplyChanges(context.Background(), z, changes); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.ListRecords(context.Background(), z)
+		var expect []Record
+		for _, r := range want {
+			expect = append(expect, r)
+		}
+		slices.SortFunc(expect, compareRecords)
+		if len(got) != len(expect) {
+			t.Fatalf("round %d: %d records, want %d", round, len(got), len(expect))
+		}
+		for i := range got {
+			if !got[i].Equal(expect[i]) {
+				t.Fatalf("round %d, record %d: %+v, want %+v", round, i, got[i], expect[i])
+			}
+		}
+	}
+	if !slices.EqualFunc(held, heldCopy, Record.Equal) || p.lists.Load() != 1 {
+		t.Fatalf("a held snapshot was modified, or the zone listed again (%d lists)", p.lists.Load())
+	}
+}
+
+// BenchmarkCachedApplyThenList: a flush of 100 changes into a zone of 30,000 records,
+// then the list the next plan reads: merged into the snapshot, against sorting the
+// zone again (what every apply cost before).
+func BenchmarkCachedApplyThenList(b *testing.B) {
+	for _, mode := range []string{"merge", "resort"} {
+		b.Run(mode, func(b *testing.B) {
+			var recs []Record
+			for i := range 30_000 {
+				recs = append(recs, Record{Name: fmt.Sprintf("t%06d.example.com", i*7%30_000), Type: TypeCNAME, Values: []string{"edge.example.net"}})
+			}
+			p := &countingProvider{records: recs}
+			c := NewCached(p, time.Hour)
+			z := Zone{Name: "example.com", ID: "z1"}
+			if _, err := c.ListRecords(context.Background(), z); err != nil {
+				b.Fatal(err)
+			}
+			changes := make([]Change, 100)
+			b.ResetTimer()
+			for i := range b.N {
+				for j := range changes {
+					old := recs[(i*100+j)%len(recs)]
+					upd := old
+					upd.Values = []string{fmt.Sprint("edge", i)}
+					changes[j] = Change{Action: Update, Old: &old, New: &upd}
+				}
+				_, _ = c.ApplyChanges(context.Background(), z, changes)
+				if mode == "resort" {
+					c.mu.Lock()
+					c.zones[z.ID].snapshot = nil
+					c.mu.Unlock()
+				}
+				_, _ = c.ListRecords(context.Background(), z)
+			}
+		})
 	}
 }
