@@ -368,3 +368,24 @@ func TestFailedIssuanceIsRecordedAndHeldBack(t *testing.T) {
 func memStorage(t *testing.T) *certmagic.FileStorage {
 	return &certmagic.FileStorage{Path: t.TempDir()}
 }
+
+// TestEachChallengeTypeAloneObtainsACertificate: HTTP-01 answered on the plain
+// listener and TLS-ALPN-01 answered on the TLS listener each get a certificate alone
+// (which one the library picks when both are on is its choice).
+func TestEachChallengeTypeAloneObtainsACertificate(t *testing.T) {
+	for _, only := range []string{"http-01", "tls-alpn-01"} {
+		t.Run(only, func(t *testing.T) {
+			ln, tln := listenPair(t)
+			pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln)})
+			tp := startTLSProxy(t, map[string]Route{"one.challenge.test": {Tenant: "c", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+				ln, tln, TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t),
+					DisableHTTPChallenge: only != "http-01", DisableTLSALPNChallenge: only != "tls-alpn-01"}})
+			if _, err := handshake(tp.secure, "one.challenge.test", pebble.IssuerRoots); err != nil {
+				t.Fatalf("%s alone: %v", only, err)
+			}
+			if n := pebble.Orders(); n != 1 {
+				t.Fatalf("%d orders, want 1", n)
+			}
+		})
+	}
+}

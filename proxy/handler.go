@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,17 +194,24 @@ func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
 	})
 }
 
-// refuse answers the request itself. The request body may not have been read to
-// its end: the connection is closed after the answer, so that no unread body byte is
-// ever taken for the next request.
+var (
+	challengePrefix = []byte(challengeBasePath)
+	httpsProto      = []byte("https")
+)
+
 // plainForTLS answers a plain-HTTP request when HTTPS is on: an ACME HTTP-01
 // challenge for a hostname being validated, or a redirect to HTTPS for a hostname the
 // proxy has a certificate for (unless a trusted proxy in front, such as the CDN, says
 // the client already spoke HTTPS to it). It reports whether it answered.
 func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outcome) bool {
 	req := &ctx.Request
-	if req.Header.IsGet() {
-		if status, body, ok := p.tls.httpChallenge(ctx, string(host), string(req.URI().Path())); ok {
+	// Only a GET for the challenge path, as a CA sends it (origin form), is looked at:
+	// every other plain request passes without a conversion or a parse of its target.
+	if target := req.Header.RequestURI(); req.Header.IsGet() && bytes.HasPrefix(target, challengePrefix) {
+		if i := bytes.IndexByte(target, '?'); i >= 0 {
+			target = target[:i]
+		}
+		if status, body, ok := p.tls.httpChallenge(ctx, string(host), string(target)); ok {
 			ctx.Response.SetStatusCode(status)
 			ctx.Response.Header.SetContentType("text/plain")
 			ctx.Response.SetBody(body)
@@ -212,10 +219,15 @@ func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outco
 			return true
 		}
 	}
-	if p.tls.opts.RedirectPort == 0 || !p.tls.canServe(string(host)) {
+	if p.tls.opts.RedirectPort == 0 {
 		return false
 	}
-	if p.opts.trusted(remoteIP(ctx)) && strings.EqualFold(string(req.Header.Peek("X-Forwarded-Proto")), "https") {
+	// Behind the CDN most plain requests say they came over HTTPS: that is answered
+	// before the certificate lookup.
+	if p.opts.trusted(remoteIP(ctx)) && bytes.EqualFold(req.Header.Peek("X-Forwarded-Proto"), httpsProto) {
+		return false
+	}
+	if !p.tls.canServe(string(host)) {
 		return false
 	}
 	bufp := valueBufs.Get().(*[]byte)
@@ -234,6 +246,9 @@ func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outco
 	return true
 }
 
+// refuse answers the request itself. The request body may not have been read to
+// its end: the connection is closed after the answer, so that no unread body byte is
+// ever taken for the next request.
 func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, outcome Outcome, body string) {
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")

@@ -97,18 +97,19 @@ func (f *tlsFront) routed(ctx context.Context, name string, fresh bool) (known b
 // storage may still be loaded; an order is then refused by beforeOrder.
 func (f *tlsFront) decide(ctx context.Context, name string) error {
 	known, err := f.routed(ctx, name, false)
-	switch {
-	case known:
-	case err != nil && f.stored(ctx, name):
-	default:
-		return errNotRouted
+	inStorage := false // asked of the storage at most once
+	if !known {
+		if err == nil || !f.stored(ctx, name) {
+			return errNotRouted
+		}
+		inStorage = true
 	}
 	// The local memory of failed orders answers fast, unless another replica has
 	// since stored a certificate.
 	f.mu.Lock()
 	failure := f.failures[name]
 	f.mu.Unlock()
-	if time.Now().Before(failure.Until) && !f.stored(ctx, name) {
+	if time.Now().Before(failure.Until) && !inStorage && !f.stored(ctx, name) {
 		return fmt.Errorf("%w: the last %d orders for %s failed; the next is allowed at %s", errOrderBackoff, failure.Count, name, failure.Until.Format(time.RFC3339))
 	}
 	return nil

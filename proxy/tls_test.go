@@ -343,3 +343,33 @@ func TestExpiryGaugeFollowsWhatIsServed(t *testing.T) {
 		t.Fatalf("a certificate no longer held is still in the gauge: %s", e)
 	}
 }
+
+// TestPlainPathsStayByteForByteWithHTTPSOn: with HTTPS on, plain requests still pass
+// their path to the backend exactly as sent (looking for an ACME challenge must not
+// parse and normalise the request target first).
+func TestPlainPathsStayByteForByteWithHTTPSOn(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	rec := newRecorder(t, nil)
+	ln, tln := listenPair(t)
+	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
+		"plain.other.test": {Tenant: "plain", Region: "eu", Backends: []string{rec.URL}}}}), Options{})
+	if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, RedirectPort: 443}); err != nil {
+		t.Fatal(err)
+	}
+	serveTLS(t, p, ln, tln)
+	tp := &testProxy{url: "http://" + ln.Addr().String()}
+	for _, target := range []string{"/a/../b//c%2Fd?x=1", "/.well-known/acme-challenge/../../admin"} {
+		conn, br := exchange(t, tp, "GET "+target+" HTTP/1.1\r\nHost: plain.other.test\r\n\r\n")
+		resp, _ := readResponse(t, br, http.MethodGet)
+		conn.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d", target, resp.StatusCode)
+		}
+		seen := rec.take()
+		if len(seen) != 1 || seen[0].Path != target {
+			t.Fatalf("backend saw %+v, want the target %q byte for byte", seen, target)
+		}
+	}
+}

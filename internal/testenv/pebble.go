@@ -51,7 +51,7 @@ type PebbleOptions struct {
 // WritePebbleConfig writes Pebble's configuration and its API's certificate into
 // dir; it returns the configuration file and the roots that trust the API.
 func WritePebbleConfig(dir string, o PebbleOptions) (string, *x509.CertPool, error) {
-	certFile, keyFile, apiRoots, err := WriteSelfSigned(dir)
+	certFile, keyFile, apiRoots, err := WriteSelfSigned(dir, "api", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return "", nil, err
 	}
@@ -190,17 +190,18 @@ func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) {
 	})
 }
 
-// WriteSelfSigned writes a certificate for 127.0.0.1 and localhost (Pebble's API)
-// into dir and returns the pool that trusts it.
-func WriteSelfSigned(dir string) (certFile, keyFile string, pool *x509.CertPool, err error) {
+// WriteSelfSigned writes an ECDSA P-256 certificate for names and ips as
+// dir/<base>.crt and dir/<base>.key, valid for a week, and returns the pool that
+// trusts it.
+func WriteSelfSigned(dir, base string, names []string, ips []net.IP) (certFile, keyFile string, pool *x509.CertPool, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble api"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: names[0]},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(7 * 24 * time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames: names, IPAddresses: ips,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -212,7 +213,7 @@ func WriteSelfSigned(dir string) (certFile, keyFile string, pool *x509.CertPool,
 	if err != nil {
 		return "", "", nil, err
 	}
-	certFile, keyFile = filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
+	certFile, keyFile = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		return "", "", nil, err
 	}
