@@ -145,6 +145,38 @@ func TestFailoverAndFailback(t *testing.T) {
 	}
 }
 
+// A reconcile that reads a copy of the route from before the last status write sees
+// the move again: it must not announce it again.
+func TestStaleReadsAnnounceEachMoveOnce(t *testing.T) {
+	o := newOperator(t, "stale")
+	o.laggingReads = true
+	o.start()
+	o.create(o.route("r0", "a.auth.example.com"))
+	o.waitReady("r0")
+	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
+
+	o.cfUp.Store(false)
+	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, "a.auth.example.com") })
+	eventually(t, 10*time.Second, func() error {
+		return expectEvent(o.get("r0"), "TenantRoute", controllers.ReasonEdgeFailedOver, "to "+o.awsEdge)
+	})
+	o.cfUp.Store(true)
+	eventually(t, 20*time.Second, func() error { return o.pointAt(onCloudflare, "a.auth.example.com") })
+	eventually(t, 10*time.Second, func() error {
+		return expectEvent(o.get("r0"), "TenantRoute", controllers.ReasonEdgeFailedBack, "to "+o.cfEdge)
+	})
+	time.Sleep(3 * time.Second) // later reconciles of the route, reading one write behind
+	tr := o.get("r0")
+	if tr.Status.ActiveEdge != o.cfEdge {
+		t.Errorf("active edge %s, want %s", tr.Status.ActiveEdge, o.cfEdge)
+	}
+	for _, reason := range []string{controllers.ReasonEdgeFailedOver, controllers.ReasonEdgeFailedBack} {
+		if n := countEvents(tr, "TenantRoute", reason); n != 1 {
+			t.Errorf("%d %s events, want 1", n, reason)
+		}
+	}
+}
+
 func TestFlappingEdgeCausesNoRewrites(t *testing.T) {
 	o := newOperator(t, "flapping")
 	o.start()

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,6 +101,34 @@ type operator struct {
 	// certBook, if set, is read into status.certificates every certInterval.
 	certBook     routes.CertBook
 	certInterval time.Duration
+	// laggingReads, if set, serves the operator every TenantRoute one read behind.
+	laggingReads bool
+}
+
+// laggingClient serves each TenantRoute as the previous read found it: an informer
+// cache that has not yet seen the operator's last write, every time.
+type laggingClient struct {
+	client.Client
+	mu   sync.Mutex
+	last map[client.ObjectKey]*v1.TenantRoute
+}
+
+func (c *laggingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	route, ok := obj.(*v1.TenantRoute)
+	if !ok {
+		return c.Client.Get(ctx, key, obj, opts...)
+	}
+	if err := c.Client.Get(ctx, key, route, opts...); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fresh := route.DeepCopy()
+	if previous, ok := c.last[key]; ok {
+		*route = *previous.DeepCopy()
+	}
+	c.last[key] = fresh
+	return nil
 }
 
 func newOperator(t testing.TB, id string) *operator {
@@ -206,6 +235,13 @@ func (o *operator) start() {
 		},
 		// Tests run several managers in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
+			c, err := client.New(config, options)
+			if err != nil || !o.laggingReads {
+				return c, err
+			}
+			return &laggingClient{Client: c, last: map[client.ObjectKey]*v1.TenantRoute{}}, nil
+		},
 	})
 	if err != nil {
 		o.t.Fatal(err)

@@ -119,9 +119,20 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if retErr == nil {
 			route.Status.ObservedGeneration = route.Generation
 		}
-		err := patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
-		if err == nil {
+		// An event says what this reconcile saw change. A reconcile that read the route
+		// from a cache behind its last status write sees the same change again, so a
+		// status write carrying events must apply to the version read: if it does not,
+		// the route is read again and nothing is announced twice.
+		var lock []client.MergeFromOption
+		if transitions.pending() {
+			lock = append(lock, client.MergeFromWithOptimisticLock{})
+		}
+		err := patchStatus(ctx, r.Client, before, route, before.Status, route.Status, lock...)
+		switch {
+		case err == nil:
 			transitions.send(r.Recorder)
+		case apierrors.IsConflict(err) && retErr == nil:
+			res, err = ctrl.Result{RequeueAfter: staleReadRetry}, nil
 		}
 		retErr = errors.Join(retErr, err)
 	}()
@@ -423,3 +434,7 @@ func EdgesOf(tr *v1.TenantRoute) []string {
 // requeueSafety bounds how long a route with pending or failing records waits when a
 // queue notification is lost.
 const requeueSafety = time.Minute
+
+// staleReadRetry is how soon a route whose status write found a newer version is read
+// again: the cache is usually a few milliseconds behind the API server.
+const staleReadRetry = 100 * time.Millisecond

@@ -230,6 +230,8 @@ func (b *eventBuffer) Eventf(regarding, related runtime.Object, eventtype, reaso
 	})
 }
 
+func (b *eventBuffer) pending() bool { return len(b.events) > 0 }
+
 func (b *eventBuffer) send(rec events.EventRecorder) {
 	for _, e := range b.events {
 		e(rec)
