@@ -254,6 +254,42 @@ func TestBackendAnswerBeforeTheBodyIsRelayed(t *testing.T) {
 	}
 }
 
+// A backend that answers before reading the body and closes resets the connection
+// (Go's server does so past 256 KB of unread body): the reset fails the body's write
+// and arrives with the answer, which is still the client's. Every try must get it.
+func TestEarlyAnswerThenResetReachesTheClient(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line == "\r\n" {
+				break
+			}
+		}
+		fmt.Fprint(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 11\r\nConnection: close\r\n\r\nlogin first")
+		_ = c.(teeConn).Conn.(*net.TCPConn).SetLinger(0) // close with a reset
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	const tries = 200
+	lost := 0
+	for range tries {
+		req, _ := http.NewRequest("POST", tp.url+"/upload", bytes.NewReader(make([]byte, 4<<20)))
+		req.Host = "acme.example.com"
+		resp, err := tp.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := body(t, resp); resp.StatusCode != http.StatusUnauthorized || got != "login first" {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d uploads lost the backend's early 401", lost, tries)
+	}
+}
+
 // Header names that only look like the tenant header are refused or dropped; none
 // carries a value to the backend.
 func TestHeaderNameTricks(t *testing.T) {

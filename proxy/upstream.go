@@ -111,6 +111,9 @@ var (
 	errUnaskedSwitch  = errors.New("the backend switched protocols on a request that did not ask to")
 )
 
+// earlyAnswerGrace is how long an answer is awaited once sending the request failed.
+const earlyAnswerGrace = 500 * time.Millisecond
+
 // maxReuseChecks bounds how many pooled connections one request discards as closed
 // before it dials a new one.
 const maxReuseChecks = 8
@@ -159,7 +162,11 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		go func() {
 			err := writeRequest(conn, req)
 			if err != nil {
-				_ = conn.SetReadDeadline(time.Now()) // the exchange failed: stop waiting
+				// The exchange failed, but an answer may be in already: a backend that
+				// answers before reading the body closes with the body unread, and the
+				// reset that fails this write arrives with its answer. A deadline of now
+				// would refuse to read what is buffered.
+				_ = conn.SetReadDeadline(time.Now().Add(earlyAnswerGrace))
 			} else {
 				_ = conn.SetReadDeadline(time.Now().Add(u.p.opts.UpstreamTimeout))
 			}
