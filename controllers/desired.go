@@ -61,25 +61,37 @@ func Desired(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.Edg
 		ttl = 60
 	}
 	activeEP := edges[active]
-	var out []ZoneRecords
+	n := 0
+	for _, name := range route.Spec.Edges {
+		if ep, ok := edges[name]; ok {
+			n += len(ep.Spec.Zones)
+		}
+	}
+	// A failover computes this for every route at once: one slice, no map per edge.
+	out := make([]ZoneRecords, 0, n)
 	for _, name := range route.Spec.Edges {
 		ep, ok := edges[name]
 		if !ok {
 			continue
 		}
-		byZone := map[string][]providers.Record{}
+		first := len(out)
 		for _, z := range ep.Spec.Zones {
-			byZone[z.Name] = nil
+			out = append(out, ZoneRecords{Edge: name, Zone: z.Name})
+		}
+		if activeEP == nil {
+			continue
 		}
 		for _, h := range hostnames {
 			z, ok := ZoneFor(ep, h)
-			if !ok || activeEP == nil {
+			if !ok {
 				continue
 			}
-			byZone[z.Name] = append(byZone[z.Name], pointAt(h, ttl, activeEP, ep.Name == active)...)
-		}
-		for _, z := range ep.Spec.Zones {
-			out = append(out, ZoneRecords{Edge: name, Zone: z.Name, Records: byZone[z.Name]})
+			for i := first; i < len(out); i++ {
+				if out[i].Zone == z.Name {
+					out[i].Records = append(out[i].Records, pointAt(h, ttl, activeEP, ep.Name == active)...)
+					break
+				}
+			}
 		}
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -67,7 +69,7 @@ type TenantRouteReconciler struct {
 	PendingGrace time.Duration
 	// failStatic counts the routes whose every edge is unhealthy, for the gauge.
 	failStatic routeSet
-	events     chan event.GenericEvent
+	requests   requests
 
 	// retired are the owners whose deletion completed, with the UID of the deleted
 	// route: declareRecords refuses them (see retire).
@@ -358,18 +360,40 @@ func (r *TenantRouteReconciler) settle(owner, outcome string) (time.Duration, bo
 	return wait, wait > 0
 }
 
-func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) {
-	ev := event.GenericEvent{Object: &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
-	select {
-	case r.events <- ev:
-	default:
-		go func() { r.events <- ev }() // never block a queue on a full channel
+func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) { r.requests.add(key) }
+
+// requests hands reconciles that the apply queues and failovers ask for straight to
+// the controller's work queue, which merges repeats: a failover asks for thousands at
+// once, and a channel would hold an object, or a blocked goroutine, for each.
+type requests struct {
+	mu      sync.Mutex
+	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+	waiting []types.NamespacedName // asked for before the controller started
+}
+
+func (q *requests) start(_ context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = queue
+	for _, key := range q.waiting {
+		queue.Add(reconcile.Request{NamespacedName: key})
 	}
+	q.waiting = nil
+	return nil
+}
+
+func (q *requests) add(key types.NamespacedName) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.queue == nil {
+		q.waiting = append(q.waiting, key)
+		return
+	}
+	q.queue.Add(reconcile.Request{NamespacedName: key})
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.events = make(chan event.GenericEvent, 4096)
 	r.startedAt = time.Now()
 	indexer := mgr.GetFieldIndexer()
 	if err := routes.IndexGranted(context.Background(), indexer); err != nil {
@@ -396,7 +420,7 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexRegion))).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Func(r.requests.start)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named("tenantroute").
 		Complete(r)
