@@ -63,8 +63,10 @@ func (s *CertStatus) sync(ctx context.Context, now time.Time) error {
 	if s.limiter == nil {
 		s.limiter = rate.NewLimiter(certStatusQPS, certStatusQPS)
 	}
+	// Every route is read, few change: the cache's objects are read in place and only
+	// a route whose status is patched is copied (report).
 	var list v1.TenantRouteList
-	if err := s.Client.List(ctx, &list); err != nil {
+	if err := s.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing TenantRoutes: %w", err)
 	}
 	counts := map[v1.CertificateState]int{}
@@ -154,7 +156,8 @@ func (s *CertStatus) report(ctx context.Context, route *v1.TenantRoute, certs []
 	if err := s.limiter.Wait(ctx); err != nil {
 		return err
 	}
-	original := route.DeepCopy()
+	original := route
+	route = route.DeepCopy()
 	route.Status.Certificates = certs
 	if err := client.IgnoreNotFound(s.Client.Status().Patch(ctx, route, client.MergeFrom(original))); err != nil {
 		return fmt.Errorf("patching the certificates of %s/%s: %w", route.Namespace, route.Name, err)

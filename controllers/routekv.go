@@ -140,8 +140,8 @@ func (s *KVSync) NeedLeaderElection() bool { return true }
 func (s *KVSync) sync(ctx context.Context) (int, error) {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
-	var list v1.TenantRouteList
-	if err := s.Reader.List(ctx, &list); err != nil {
+	var list v1.TenantRouteList // read in place, not copied: only the granted hostnames are read
+	if err := s.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
 	}
 	src := routes.Source{Reader: s.Reader}

@@ -27,10 +27,12 @@ func (r *TenantRouteReconciler) routesInNamespace(ctx context.Context, o client.
 	return r.routeRequests(ctx, client.InNamespace(o.GetName()))
 }
 
-// routeRequests lists TenantRoutes from the cache as reconcile requests.
+// routeRequests lists TenantRoutes from the cache as reconcile requests. Only their
+// names are read, so the cache's objects are not copied: an EdgeProvider's change
+// lists all of its routes, which may be tens of thousands.
 func (r *TenantRouteReconciler) routeRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	var routes v1.TenantRouteList
-	if err := r.List(ctx, &routes, opts...); err != nil {
+	if err := r.List(ctx, &routes, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		log.FromContext(ctx).Error(err, "listing TenantRoutes to reconcile", "selector", opts)
 		return nil
 	}
