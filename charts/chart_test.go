@@ -216,8 +216,9 @@ func TestRenderingsApplyServerSide(t *testing.T) {
 				if has("ServiceMonitor", releaseName+"-manager") || has("PrometheusRule", releaseName+"-alerts") || has("Deployment", releaseName+"-proxy") {
 					t.Errorf("the defaults turn on monitoring or the proxy fleet: %v", kinds(objs))
 				}
-				if !has("ValidatingAdmissionPolicy", releaseName+"-zone-namespaces") || !has("NetworkPolicy", releaseName+"-lookup") {
-					t.Errorf("the defaults lack the admission policy or the NetworkPolicy: %v", kinds(objs))
+				if !has("ValidatingAdmissionPolicy", releaseName+"-zone-namespaces") || !has("MutatingAdmissionPolicy", releaseName+"-route-finalizer") ||
+					!has("NetworkPolicy", releaseName+"-lookup") {
+					t.Errorf("the defaults lack an admission policy or the NetworkPolicy: %v", kinds(objs))
 				}
 				if secret == nil || len(decodeB64(t, secret.Object["data"].(map[string]any)["lookup-token"].(string))) < 32 {
 					t.Errorf("no generated lookup token in the shared Secret")
@@ -316,7 +317,7 @@ func TestChartAndConfigDoNotDrift(t *testing.T) {
 		kind := want.GetKind()
 		var field string
 		switch kind {
-		case "CustomResourceDefinition", "ValidatingAdmissionPolicy":
+		case "CustomResourceDefinition", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy":
 			field = "spec"
 		case "ClusterRole", "Role":
 			field = "rules"
@@ -337,13 +338,13 @@ func TestChartAndConfigDoNotDrift(t *testing.T) {
 	}
 	for key, got := range charted {
 		switch got.GetKind() {
-		case "CustomResourceDefinition", "ClusterRole", "Role", "ValidatingAdmissionPolicy":
+		case "CustomResourceDefinition", "ClusterRole", "Role", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy":
 			if _, ok := config[key]; !ok {
 				t.Errorf("the chart installs %s, config/ does not", key)
 			}
 		}
 	}
-	if compared < 9 { // 3 CRDs, 5 roles, 1 policy
+	if compared < 10 { // 3 CRDs, 5 roles, 2 policies
 		t.Errorf("compared only %d objects", compared)
 	}
 }

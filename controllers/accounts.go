@@ -70,12 +70,37 @@ type Accounts struct {
 	records map[string]map[string]int
 	totals  map[string]int
 	failing map[string]map[string]bool
+	// tried are the EdgeProviders this process has tried to connect. Until it has, a
+	// route waits for the account rather than reporting it missing: every start
+	// reconciles routes before their EdgeProviders connect.
+	tried map[string]bool
 }
 
 // NewAccounts returns an empty registry; the queues of its accounts run until ctx is done.
 func NewAccounts(ctx context.Context) *Accounts {
 	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}, totals: map[string]int{},
-		failing: map[string]map[string]bool{}}
+		failing: map[string]map[string]bool{}, tried: map[string]bool{}}
+}
+
+// Tried tells whether this process has tried to connect the EdgeProvider.
+func (a *Accounts) Tried(edge string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.tried[edge]
+}
+
+// markTried records a first attempt to connect an EdgeProvider. If it did not connect,
+// the routes that were waiting for it are reconciled to say why (Set reconciles them
+// when it did).
+func (a *Accounts) markTried(edge string) {
+	a.mu.Lock()
+	first := !a.tried[edge]
+	a.tried[edge] = true
+	_, connected := a.byEdge[edge]
+	a.mu.Unlock()
+	if first && !connected && a.ready != nil {
+		a.ready(edge)
+	}
 }
 
 // Get returns the account of an EdgeProvider, or nil when it is not ready.

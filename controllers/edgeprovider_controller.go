@@ -106,7 +106,8 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !ep.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, ep)
 	}
-	if controllerutil.AddFinalizer(ep, Finalizer) {
+	defer r.Accounts.markTried(ep.Name)
+	if controllerutil.AddFinalizer(ep, v1.Finalizer) {
 		if err := r.Update(ctx, ep); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}

@@ -29,7 +29,7 @@ const (
 // report it. The annotation routing.tenantroute.io/deletion-policy: Orphan leaves the
 // records in place.
 func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.EdgeProvider) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(ep, Finalizer) {
+	if !controllerutil.ContainsFinalizer(ep, v1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	if ep.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
@@ -55,7 +55,7 @@ func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.Edg
 	}
 	// The account goes only once the finalizer is: a failed update (a conflict with a
 	// status write) is retried, and the retry needs the account to check again.
-	controllerutil.RemoveFinalizer(ep, Finalizer)
+	controllerutil.RemoveFinalizer(ep, v1.Finalizer)
 	if err := client.IgnoreNotFound(r.Update(ctx, ep)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}

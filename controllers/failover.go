@@ -152,7 +152,7 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		keys = append(keys, client.ObjectKeyFromObject(route))
 		switch {
 		case !route.DeletionTimestamp.IsZero():
-		case !controllerutil.ContainsFinalizer(route, Finalizer):
+		case !controllerutil.ContainsFinalizer(route, v1.Finalizer):
 			unclaimed = append(unclaimed, route.DeepCopy())
 		default:
 			declare(route)
@@ -168,7 +168,7 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 	defer cancel()
 	for _, route := range unclaimed {
 		patch := client.MergeFromWithOptions(route.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(route, Finalizer)
+		controllerutil.AddFinalizer(route, v1.Finalizer)
 		if err := f.Patch(patchCtx, route, patch); err != nil {
 			continue // changed, deleted or slow: its reconcile, enqueued by handle, decides
 		}

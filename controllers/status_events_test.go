@@ -15,6 +15,8 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
 // A new route's status is written once, when its records are in place: never a
@@ -24,36 +26,18 @@ func TestStatusIsWrittenOncePerChange(t *testing.T) {
 	o := newOperator(t, "statusonce")
 	o.start()
 	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wc.Watch(ctx, &v1.TenantRouteList{}, client.InNamespace(o.ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	versions := watchRoutes(t, o.ns, time.Minute)
 	o.create(o.route("once", "once.auth.example.com"))
 
 	var statuses []string // one entry per version whose status differs from the last
 	last := ""
-	for ev := range w.ResultChan() {
-		if ev.Type != watch.Added && ev.Type != watch.Modified {
-			continue
-		}
-		tr := ev.Object.(*v1.TenantRoute)
-		ready := meta.FindStatusCondition(tr.Status.Conditions, v1.ConditionReady)
-		summary := "none"
-		if ready != nil {
-			summary = string(ready.Status) + "/" + ready.Reason
-		}
+	for tr := range versions {
+		summary := readySummary(tr)
 		if summary != last {
 			statuses = append(statuses, summary)
 			last = summary
 		}
-		if ready != nil && ready.Status == metav1.ConditionTrue {
+		if summary == "True/Ready" {
 			break
 		}
 	}
@@ -63,6 +47,99 @@ func TestStatusIsWrittenOncePerChange(t *testing.T) {
 	if got := o.cfRecords()["once.auth.example.com"]; len(got) != 1 {
 		t.Errorf("Ready before the record was in Cloudflare: %v", got)
 	}
+}
+
+// Routes behind a backlog that takes longer than the pending grace to drain (a
+// provider slow to answer, as one at its rate limit is) still have their status
+// written once, when their records are in place: the queues are moving, so there is
+// nothing to report on the way.
+func TestABacklogIsReportedOnce(t *testing.T) {
+	const routes = 400 // two Cloudflare batches, two Route53 change batches
+	o := newOperator(t, "backlog")
+	o.queue = zonequeue.Options{Quiet: 100 * time.Millisecond, MaxWait: 500 * time.Millisecond}
+	grace := o.queue.MaxWait + 5*time.Second // the operator's PendingGrace
+	slow := emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: 2500 * time.Millisecond}}
+	o.cf.SetFaults(slow)
+	o.r53.SetFaults(slow)
+	versions := watchRoutes(t, o.ns, 2*time.Minute)
+	o.createRoutes(routes)
+	start := time.Now()
+	o.start()
+
+	statuses := map[string][]string{} // per route, its Ready as it changed
+	ready := 0
+	for ready < routes {
+		tr, ok := <-versions
+		if !ok {
+			t.Fatalf("the watch ended with %d of %d routes Ready", ready, routes)
+		}
+		summary := readySummary(tr)
+		seen := statuses[tr.Name]
+		if len(seen) == 0 || seen[len(seen)-1] != summary {
+			statuses[tr.Name] = append(seen, summary)
+			if summary == "True/Ready" {
+				ready++
+			}
+		}
+	}
+	if took := time.Since(start); took < grace+time.Second {
+		t.Fatalf("every route was Ready %s after the start, within the grace of %s: nothing was tested", took.Round(time.Millisecond), grace)
+	}
+	twice := 0
+	var example string
+	for name, seen := range statuses {
+		if strings.Join(seen, " ") != "none True/Ready" {
+			twice++
+			example = name + ": " + strings.Join(seen, " ")
+		}
+	}
+	if twice > 0 {
+		t.Errorf("%d of %d routes had their Ready written on the way, e.g. %s", twice, routes, example)
+	}
+}
+
+// watchRoutes returns every version of the TenantRoutes of a namespace, as the API
+// server writes them, from now until timeout.
+func watchRoutes(t *testing.T, ns string, timeout time.Duration) <-chan *v1.TenantRoute {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &v1.TenantRouteList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(); cancel() })
+	versions := make(chan *v1.TenantRoute)
+	go func() {
+		defer close(versions)
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			select {
+			case versions <- ev.Object.(*v1.TenantRoute):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return versions
+}
+
+// readySummary is a route's Ready condition as status/reason, with the message when
+// it is not True; "none" before it has one.
+func readySummary(tr *v1.TenantRoute) string {
+	c := meta.FindStatusCondition(tr.Status.Conditions, v1.ConditionReady)
+	switch {
+	case c == nil:
+		return "none"
+	case c.Status == metav1.ConditionTrue:
+		return string(c.Status) + "/" + c.Reason
+	}
+	return string(c.Status) + "/" + c.Reason + " (" + c.Message + ")"
 }
 
 // A failover of more routes than the per-transition limit gives the first routes

@@ -103,6 +103,29 @@ type operator struct {
 	certInterval time.Duration
 	// laggingReads, if set, serves the operator every TenantRoute one read behind.
 	laggingReads bool
+	// routeWrites counts the operator's writes of TenantRoutes, their status excepted.
+	routeWrites atomic.Int64
+}
+
+// routeWriteCounter counts the updates and patches of TenantRoutes (not of their
+// status, which go through Status()).
+type routeWriteCounter struct {
+	client.Client
+	n *atomic.Int64
+}
+
+func (c routeWriteCounter) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if _, ok := obj.(*v1.TenantRoute); ok {
+		c.n.Add(1)
+	}
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c routeWriteCounter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if _, ok := obj.(*v1.TenantRoute); ok {
+		c.n.Add(1)
+	}
+	return c.Client.Patch(ctx, obj, patch, opts...)
 }
 
 // laggingClient serves each TenantRoute as the previous read found it: an informer
@@ -237,10 +260,13 @@ func (o *operator) start() {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.New(config, options)
-			if err != nil || !o.laggingReads {
-				return c, err
+			if err != nil {
+				return nil, err
 			}
-			return &laggingClient{Client: c, last: map[client.ObjectKey]*v1.TenantRoute{}}, nil
+			if o.laggingReads {
+				c = &laggingClient{Client: c, last: map[client.ObjectKey]*v1.TenantRoute{}}
+			}
+			return routeWriteCounter{Client: c, n: &o.routeWrites}, nil
 		},
 	})
 	if err != nil {

@@ -33,9 +33,6 @@ import (
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
-// Finalizer holds a TenantRoute until its records are deleted from every provider.
-const Finalizer = "routing.tenantroute.io/records"
-
 // TenantRouteReconciler keeps every TenantRoute's records in place in every provider
 // it lists, pointing at its active edge.
 type TenantRouteReconciler struct {
@@ -105,7 +102,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !route.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, route, owner)
 	}
-	if controllerutil.AddFinalizer(route, Finalizer) {
+	if controllerutil.AddFinalizer(route, v1.Finalizer) {
 		if err := r.Update(ctx, route); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
@@ -146,7 +143,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	states := r.declareRecords(route, owner, plan, nil)
 	report := r.updateStatus(route, plan, states, transitions)
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
-	if wait, ok := r.settle(owner, report.outcome); ok {
+	if wait, ok := r.settle(owner, report.outcome, lastMoved(states)); ok {
 		// The queues apply the records within their flush and report the outcome,
 		// which reconciles the route again: its status is written then, once, rather
 		// than Pending now and Ready a moment later. Still pending after the grace
@@ -349,16 +346,32 @@ func (r *TenantRouteReconciler) edgeReady(edge string) {
 }
 
 // settle tells whether a route whose records are pending keeps its status unwritten
-// for now, and for how long at most.
-func (r *TenantRouteReconciler) settle(owner, outcome string) (time.Duration, bool) {
+// for now, and for how long at most. The grace runs from when the route was first
+// found pending or from when the slowest queue holding its records last moved,
+// whichever is later: a queue working through a backlog at the provider's rate (a
+// 10,000-route sync, a failover) keeps its routes' statuses for the one write that
+// says where they ended, while a queue that stands still (backing off after errors
+// it reports) lets the route say Pending. Never longer than
+// settleLimit in all, so that a route is not left without a word while a very long
+// backlog drains.
+func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time) (time.Duration, bool) {
 	if outcome != "pending" {
 		r.pendingSince.Delete(owner)
 		return 0, false
 	}
-	first, _ := r.pendingSince.LoadOrStore(owner, time.Now())
-	wait := r.PendingGrace - time.Since(first.(time.Time))
+	v, _ := r.pendingSince.LoadOrStore(owner, time.Now())
+	first := v.(time.Time)
+	from := first
+	if moved.After(from) {
+		from = moved
+	}
+	wait := min(r.PendingGrace-time.Since(from), settleLimit-time.Since(first))
 	return wait, wait > 0
 }
+
+// settleLimit bounds how long a route with pending records goes without a status
+// saying so, however busy its queues are.
+const settleLimit = 2 * time.Minute
 
 func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) { r.requests.add(key) }
 

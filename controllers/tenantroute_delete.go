@@ -35,7 +35,7 @@ const (
 // the queue retries with backoff. The annotation routing.tenantroute.io/deletion-policy:
 // Orphan releases the route at once and leaves its records in place.
 func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.TenantRoute, owner string) (res ctrl.Result, retErr error) {
-	if !controllerutil.ContainsFinalizer(route, Finalizer) {
+	if !controllerutil.ContainsFinalizer(route, v1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	abandoned := false
@@ -102,7 +102,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			}
 		}
 	}
-	controllerutil.RemoveFinalizer(route, Finalizer)
+	controllerutil.RemoveFinalizer(route, v1.Finalizer)
 	if err := client.IgnoreNotFound(r.Update(ctx, route)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -12,13 +13,39 @@ import (
 
 // edgeState is a route's record state in one EdgeProvider, folded over its zones.
 type edgeState struct {
-	edge      string
-	removing  bool // no longer in spec.edges: its records are being deleted
-	records   int
-	pending   bool
-	errs      []string
-	rejected  []string
-	conflicts []string
+	edge     string
+	removing bool // no longer in spec.edges: its records are being deleted
+	records  int
+	pending  bool
+	// connecting: the EdgeProvider has not been connected since the operator started.
+	connecting bool
+	errs       []string
+	rejected   []string
+	conflicts  []string
+	// movedAt: when the queue holding its pending records that moved least recently
+	// last moved (zonequeue.Queue.Progress); set tells it was seen.
+	movedAt  time.Time
+	movedSet bool
+}
+
+// moved notes the progress of a queue holding some of its pending records.
+func (s *edgeState) moved(at time.Time) {
+	if !s.movedSet || at.Before(s.movedAt) {
+		s.movedAt, s.movedSet = at, true
+	}
+}
+
+// lastMoved is when the least recently moving queue holding any of the pending
+// records of states last moved; zero if none was seen.
+func lastMoved(states []*edgeState) time.Time {
+	var at time.Time
+	set := false
+	for _, s := range states {
+		if s.movedSet && (!set || s.movedAt.Before(at)) {
+			at, set = s.movedAt, true
+		}
+	}
+	return at
 }
 
 func (s *edgeState) add(zone string, o zonequeue.Outcome) {
@@ -47,6 +74,8 @@ func (s *edgeState) state() (v1.RecordState, string) {
 		return v1.RecordsError, strings.Join(s.errs, "; ")
 	case len(s.rejected) > 0:
 		return v1.RecordsError, "rejected by the provider: " + strings.Join(s.rejected, "; ")
+	case s.connecting:
+		return v1.RecordsPending, "connecting to the provider"
 	case s.pending:
 		return v1.RecordsPending, "changes are being applied"
 	}
@@ -118,6 +147,12 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 // when the zone has no queue.
 func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record) (zonequeue.Outcome, bool) {
 	acct := r.Accounts.Get(s.edge)
+	if acct == nil && !r.Accounts.Tried(s.edge) {
+		// Not connected yet since the operator started: the route is reconciled again
+		// once it is, and meanwhile says nothing that the next moment would undo.
+		s.pending, s.connecting = true, true
+		return zonequeue.Outcome{}, false
+	}
 	if acct == nil {
 		if !slices.ContainsFunc(s.errs, func(e string) bool { return strings.Contains(e, "not ready") }) {
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready (see its CredentialsReady and ZonesReady conditions)", s.edge))
@@ -133,5 +168,8 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	}
 	out := q.Desire(owner, records)
 	s.add(zone, out)
+	if !out.Synced {
+		s.moved(q.Progress())
+	}
 	return out, true
 }

@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
@@ -23,6 +24,97 @@ import (
 func cfActive(hostname string) string { return "CNAME " + hostname + ".cdn.cloudflare.net" }
 
 func r53Active(hostname string) string { return "CNAME " + hostname + ".cdn.cloudflare.net." }
+
+// The MutatingAdmissionPolicy shipped in config/policy gives a new TenantRoute the
+// operator's finalizer when it is created, beside the route's own finalizers, so the
+// operator writes nothing of a new route but its status: its records do not wait
+// behind a write of the route. Deletion still goes through the finalizer.
+func TestNewRoutesArriveWithTheFinalizer(t *testing.T) {
+	ctx := context.Background()
+	o := newOperator(t, "admitted")
+	installFinalizerPolicy(t, o.route("probe", "probe.auth.example.com"))
+	o.start()
+	audited := o.route("acme", "acme.auth.example.com")
+	audited.Finalizers = []string{"example.com/audit"}
+	o.create(audited)
+	plain := o.route("globex", "globex.auth.example.com")
+	o.create(plain)
+	if want := []string{"example.com/audit", v1.Finalizer}; !slices.Equal(audited.Finalizers, want) {
+		t.Errorf("created with finalizers %v, want %v", audited.Finalizers, want)
+	}
+	if want := []string{v1.Finalizer}; !slices.Equal(plain.Finalizers, want) {
+		t.Errorf("created with finalizers %v, want %v", plain.Finalizers, want)
+	}
+	eventually(t, 20*time.Second, func() error {
+		for _, name := range []string{"acme", "globex"} {
+			if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if n := o.routeWrites.Load(); n != 0 {
+		t.Errorf("the operator wrote TenantRoutes %d times besides their status", n)
+	}
+
+	if err := k8s.Delete(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(plain), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("globex not gone yet: %v", err)
+		}
+		if cf, r53 := o.cfRecords(), o.r53Records(); len(cf["globex.auth.example.com"])+len(r53["globex.auth.example.com"]) > 0 {
+			return fmt.Errorf("records left: cloudflare %v, route53 %v", cf, r53)
+		}
+		return nil
+	})
+	edit(t, o.get("acme"), func(tr *v1.TenantRoute) {
+		tr.Finalizers = slices.DeleteFunc(tr.Finalizers, func(f string) bool { return f == "example.com/audit" })
+	})
+}
+
+// installFinalizerPolicy installs config/policy/route_finalizer.yaml until the test ends,
+// returning once the API server applies it (its policies are read through an informer):
+// probe is created dry-run until it comes back with the finalizer.
+func installFinalizerPolicy(t *testing.T, probe *v1.TenantRoute) {
+	t.Helper()
+	ctx := context.Background()
+	const path = "config/policy/route_finalizer.yaml"
+	applied := func() (bool, error) {
+		p := probe.DeepCopy()
+		if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return slices.Contains(p.Finalizers, v1.Finalizer), nil
+	}
+	t.Cleanup(func() {
+		objs, err := testenv.Objects(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range objs {
+			if err := k8s.Delete(ctx, u); err != nil {
+				t.Errorf("deleting %s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+		}
+		eventually(t, 20*time.Second, func() error {
+			if on, err := applied(); err != nil || on {
+				return fmt.Errorf("the policy still applies (%v)", err)
+			}
+			return nil
+		})
+	})
+	if err := testenv.Apply(ctx, k8s, path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if on, err := applied(); err != nil || !on {
+			return fmt.Errorf("the policy does not apply yet (%v)", err)
+		}
+		return nil
+	})
+}
 
 func TestRecordsFollowTheTenantRoute(t *testing.T) {
 	o := newOperator(t, "lifecycle")

@@ -22,6 +22,11 @@ const (
 	DeletionPolicyOrphan     = "Orphan"
 )
 
+// Finalizer holds a TenantRoute or an EdgeProvider until its records are deleted from
+// every provider. The operator adds it; config/policy/route_finalizer.yaml gives it to
+// new TenantRoutes at admission, which saves the operator a write per route.
+const Finalizer = "routing.tenantroute.io/records"
+
 // TenantRouteSpec declares how one tenant is reached.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.mode != 'Manual' || (has(self.failover.pinnedEdge) && self.failover.pinnedEdge.size() > 0)",fieldPath=".failover.pinnedEdge",reason=FieldValueRequired,message="spec.failover.pinnedEdge is required when spec.failover.mode is Manual"

@@ -25,6 +25,7 @@ func main() {
 	flag.DurationVar(&cfg.Steady, "steady", time.Minute, "how long steady state is watched")
 	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Minute, "bound of each phase")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
+	flag.BoolVar(&cfg.WithoutFinalizerPolicy, "without-finalizer-policy", false, "leave out config/policy/route_finalizer.yaml: the manager adds every finalizer")
 	args := flag.String("manager-args", "", "more arguments for the manager, space-separated")
 	flag.Parse()
 	cfg.ManagerArgs = strings.Fields(*args)

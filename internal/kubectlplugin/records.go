@@ -109,7 +109,7 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 	}
 	if route.DeletionTimestamp != nil {
 		switch {
-		case !slices.Contains(route.Finalizers, controllers.Finalizer):
+		case !slices.Contains(route.Finalizers, v1.Finalizer):
 			return nil, "being deleted without the operator's finalizer: the operator does nothing"
 		case route.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan:
 			return nil, "being deleted with deletion-policy Orphan: the records stay"

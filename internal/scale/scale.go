@@ -38,7 +38,10 @@ type Config struct {
 	Timeout     time.Duration // bound of each phase
 	Dir         string
 	ManagerArgs []string
-	Log         func(format string, args ...any)
+	// WithoutFinalizerPolicy leaves out config/policy/route_finalizer.yaml, as on a
+	// cluster without MutatingAdmissionPolicy: the manager then adds every finalizer.
+	WithoutFinalizerPolicy bool
+	Log                    func(format string, args ...any)
 }
 
 // Writes counts the API server's write requests by what they wrote.
@@ -142,6 +145,11 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	go func() { _ = r.routes.Start(watchCtx) }()
 	if !r.routes.WaitForCacheSync(ctx) {
 		return rep, fmt.Errorf("the TenantRoute watch did not sync")
+	}
+	if !cfg.WithoutFinalizerPolicy {
+		if err := w.InstallFinalizerPolicy(ctx); err != nil {
+			return rep, err
+		}
 	}
 	cfg.Log("creating %d TenantRoutes", cfg.Routes)
 	if err := w.CreateRoutes(ctx, r.names, r.host); err != nil {

@@ -117,24 +117,36 @@ func Main(m *testing.M, setUp func(*Env)) {
 // Apply creates every object of a multi-document YAML file of the repository (for
 // example config/policy/zone_namespaces.yaml), leaving those that exist as they are.
 func Apply(ctx context.Context, c client.Client, path string) error {
-	f, err := os.Open(filepath.Join(RepoRoot(), path))
+	objs, err := Objects(path)
 	if err != nil {
 		return err
 	}
+	for _, u := range objs {
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
+		}
+	}
+	return nil
+}
+
+// Objects decodes a multi-document YAML file of the repository.
+func Objects(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(filepath.Join(RepoRoot(), path))
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
 	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []*unstructured.Unstructured
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err == io.EOF {
-			return nil
+			return objs, nil
 		} else if err != nil {
-			return fmt.Errorf("decoding %s: %w", path, err)
+			return nil, fmt.Errorf("decoding %s: %w", path, err)
 		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
 		}
 	}
 }

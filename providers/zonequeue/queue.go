@@ -126,7 +126,11 @@ type Queue struct {
 	expedite    bool
 	// heldAll: the last flush, streaming, found no full batch and held every owner back.
 	heldAll bool
-	wake    chan struct{}
+	// flushing: a flush is listing or applying; progressAt: when a flush last applied
+	// a change. See Progress.
+	flushing   bool
+	progressAt time.Time
+	wake       chan struct{}
 }
 
 // New returns the queue of one zone. provider should be a providers.Cached shared by
@@ -142,6 +146,20 @@ func New(provider providers.Provider, zone providers.Zone, opts Options, notify 
 
 // Zone is the queue's zone.
 func (q *Queue) Zone() providers.Zone { return q.zone }
+
+// Progress is when the queue was last seen moving records: now while a flush lists the
+// zone or applies changes (a provider's rate limit makes one flush of a large backlog
+// last many seconds, and its owners hear of it only at the end), else when a flush
+// last applied a change. A queue in backoff after failed flushes stands still; a provider that
+// hangs is cut off by its request timeout.
+func (q *Queue) Progress() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.flushing {
+		return time.Now()
+	}
+	return q.progressAt
+}
 
 // Desire declares every record owner wants in the zone (none: delete what it owns) and
 // returns the owner's outcome as it stands. A changed desire is applied by a later
@@ -354,6 +372,12 @@ func (q *Queue) Flush(ctx context.Context) error { return q.flush(ctx, false) }
 // others stay pending.
 func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	q.mu.Lock()
+	q.flushing = true
+	defer func() {
+		q.mu.Lock()
+		q.flushing = false
+		q.mu.Unlock()
+	}()
 	pendingSince := q.firstDirty
 	batch := map[string][]providers.Record{}
 	for key, o := range q.owners {
@@ -494,6 +518,11 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 
 	started := time.Now()
 	res, applyErr := q.provider.ApplyChanges(ctx, q.zone, changes)
+	if len(res.Applied) > 0 {
+		q.mu.Lock()
+		q.progressAt = time.Now()
+		q.mu.Unlock()
+	}
 	if q.opts.Flushed != nil && len(changes) > 0 {
 		q.opts.Flushed(len(changes), time.Since(started), applyErr)
 	}

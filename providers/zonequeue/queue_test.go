@@ -389,3 +389,54 @@ func TestAStreamDoesNotReplanInALoop(t *testing.T) {
 		return mem.changes == n
 	})
 }
+
+// gatedMem holds every ApplyChanges until the gate opens.
+type gatedMem struct {
+	*memProvider
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gatedMem) ApplyChanges(ctx context.Context, z providers.Zone, changes []providers.Change) (providers.Result, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.memProvider.ApplyChanges(ctx, z, changes)
+}
+
+// Progress says a queue moves while a flush is with the provider, and when it last
+// applied something once it stands still, failed flushes not counting.
+func TestProgressFollowsTheFlushes(t *testing.T) {
+	g := gatedMem{memProvider: newMem(), entered: make(chan struct{}), gate: make(chan struct{})}
+	q := New(g, providers.Zone{Name: "example.com", ID: "z"}, Options{}, func(string, Outcome) {})
+	if at := q.Progress(); !at.IsZero() {
+		t.Fatalf("a queue that never flushed moved at %s", at)
+	}
+	q.Desire("a", cname("a.example.com"))
+	done := make(chan error)
+	go func() { done <- q.Flush(context.Background()) }()
+	<-g.entered
+	time.Sleep(50 * time.Millisecond)
+	if at := q.Progress(); time.Since(at) > 10*time.Millisecond {
+		t.Errorf("during a flush, Progress is %s old", time.Since(at))
+	}
+	close(g.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	applied := q.Progress()
+	time.Sleep(50 * time.Millisecond)
+	if at := q.Progress(); at != applied || time.Since(at) < 50*time.Millisecond {
+		t.Errorf("after the flush, Progress moved to %s (applied at %s)", at, applied)
+	}
+
+	g.fail = errors.New("503")
+	q.Desire("b", cname("b.example.com"))
+	go func() { done <- q.Flush(context.Background()) }()
+	<-g.entered
+	if err := <-done; err == nil {
+		t.Fatal("the flush did not fail")
+	}
+	if at := q.Progress(); at != applied {
+		t.Errorf("a failed flush moved Progress from %s to %s", applied, at)
+	}
+}
