@@ -351,9 +351,8 @@ func (r *TenantRouteReconciler) edgeReady(edge string) {
 // whichever is later: a queue working through a backlog at the provider's rate (a
 // 10,000-route sync, a failover) keeps its routes' statuses for the one write that
 // says where they ended, while a queue that stands still (backing off after errors
-// it reports) lets the route say Pending. Never longer than
-// settleLimit in all, so that a route is not left without a word while a very long
-// backlog drains.
+// it reports) lets the route say Pending. Never longer than settleLimit in all, so
+// that a route is not left without a word while a very long backlog drains.
 func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time) (time.Duration, bool) {
 	if outcome != "pending" {
 		r.pendingSince.Delete(owner)

@@ -45,6 +45,18 @@ func TestNewRoutesArriveWithTheFinalizer(t *testing.T) {
 	if want := []string{v1.Finalizer}; !slices.Equal(plain.Finalizers, want) {
 		t.Errorf("created with finalizers %v, want %v", plain.Finalizers, want)
 	}
+	// A route that already names the finalizer, alone or among others, keeps its list
+	// as it is: no duplicate.
+	for _, given := range [][]string{{v1.Finalizer}, {"example.com/audit", v1.Finalizer, "example.com/backup"}} {
+		tr := o.route("given", "given.auth.example.com")
+		tr.Finalizers = slices.Clone(given)
+		if err := k8s.Create(ctx, tr, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(tr.Finalizers, given) {
+			t.Errorf("created with finalizers %v, admitted with %v", given, tr.Finalizers)
+		}
+	}
 	eventually(t, 20*time.Second, func() error {
 		for _, name := range []string{"acme", "globex"} {
 			if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady); err != nil {
@@ -74,22 +86,13 @@ func TestNewRoutesArriveWithTheFinalizer(t *testing.T) {
 	})
 }
 
-// installFinalizerPolicy installs config/policy/route_finalizer.yaml until the test ends,
-// returning once the API server applies it (its policies are read through an informer):
-// probe is created dry-run until it comes back with the finalizer.
+// installFinalizerPolicy installs config/policy/route_finalizer.yaml until the test
+// ends, returning once the API server applies it to probe.
 func installFinalizerPolicy(t *testing.T, probe *v1.TenantRoute) {
 	t.Helper()
 	ctx := context.Background()
-	const path = "config/policy/route_finalizer.yaml"
-	applied := func() (bool, error) {
-		p := probe.DeepCopy()
-		if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
-			return false, err
-		}
-		return slices.Contains(p.Finalizers, v1.Finalizer), nil
-	}
 	t.Cleanup(func() {
-		objs, err := testenv.Objects(path)
+		objs, err := testenv.Objects(testenv.FinalizerPolicy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,22 +101,16 @@ func installFinalizerPolicy(t *testing.T, probe *v1.TenantRoute) {
 				t.Errorf("deleting %s %s: %v", u.GetKind(), u.GetName(), err)
 			}
 		}
-		eventually(t, 20*time.Second, func() error {
-			if on, err := applied(); err != nil || on {
-				return fmt.Errorf("the policy still applies (%v)", err)
-			}
-			return nil
-		})
+		if err := testenv.WaitForFinalizerPolicy(ctx, k8s, probe, false); err != nil {
+			t.Error(err)
+		}
 	})
-	if err := testenv.Apply(ctx, k8s, path); err != nil {
+	if err := testenv.Apply(ctx, k8s, testenv.FinalizerPolicy); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, func() error {
-		if on, err := applied(); err != nil || !on {
-			return fmt.Errorf("the policy does not apply yet (%v)", err)
-		}
-		return nil
-	})
+	if err := testenv.WaitForFinalizerPolicy(ctx, k8s, probe, true); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRecordsFollowTheTenantRoute(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -168,28 +167,15 @@ func (w *World) setUp(ctx context.Context, zones []string) error {
 }
 
 // InstallFinalizerPolicy installs config/policy/route_finalizer.yaml, as config/default
-// does, and returns once the API server applies it to a new TenantRoute (it reads its
-// policies through an informer). Without it the operator adds each finalizer itself.
+// does, and returns once the API server applies it. Without it the operator adds each
+// finalizer itself.
 func (w *World) InstallFinalizerPolicy(ctx context.Context) error {
-	if err := testenv.Apply(ctx, w.Client, "config/policy/route_finalizer.yaml"); err != nil {
+	if err := testenv.Apply(ctx, w.Client, testenv.FinalizerPolicy); err != nil {
 		return err
 	}
 	probe := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: RoutesNamespace}, Spec: v1.TenantRouteSpec{
 		TenantID: "policy-probe", Region: Region, Hostnames: []string{"policy-probe.example.com"}, Edges: []string{CloudflareEdge}, TTL: 60}}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		p := probe.DeepCopy()
-		err := w.Client.Create(ctx, p, client.DryRunAll)
-		if err == nil && slices.Contains(p.Finalizers, v1.Finalizer) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the finalizer policy does not apply after 30 s (last dry run: %v)", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return testenv.WaitForFinalizerPolicy(ctx, w.Client, probe, true)
 }
 
 // serve serves h on a local port until Stop.

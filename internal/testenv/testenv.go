@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -127,6 +129,30 @@ func Apply(ctx context.Context, c client.Client, path string) error {
 		}
 	}
 	return nil
+}
+
+// FinalizerPolicy is the MutatingAdmissionPolicy that gives new TenantRoutes the
+// operator's finalizer.
+const FinalizerPolicy = "config/policy/route_finalizer.yaml"
+
+// WaitForFinalizerPolicy returns once the API server gives probe, created dry-run, the
+// operator's finalizer (on) or no longer does (!on): it reads its admission policies
+// through an informer, so a policy just created or deleted takes a moment to apply.
+func WaitForFinalizerPolicy(ctx context.Context, c client.Client, probe *routingv1alpha1.TenantRoute, on bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		p := probe.DeepCopy()
+		err := c.Create(ctx, p, client.DryRunAll)
+		if err == nil && slices.Contains(p.Finalizers, routingv1alpha1.Finalizer) == on {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the finalizer policy still does not apply as wanted (%t) after 30 s (last dry run: %v)", on, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Objects decodes a multi-document YAML file of the repository.

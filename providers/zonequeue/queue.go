@@ -150,8 +150,8 @@ func (q *Queue) Zone() providers.Zone { return q.zone }
 // Progress is when the queue was last seen moving records: now while a flush lists the
 // zone or applies changes (a provider's rate limit makes one flush of a large backlog
 // last many seconds, and its owners hear of it only at the end), else when a flush
-// last applied a change. A queue in backoff after failed flushes stands still; a provider that
-// hangs is cut off by its request timeout.
+// last applied a change. A queue in backoff after failed flushes stands still; a
+// provider that hangs is cut off by its request timeout.
 func (q *Queue) Progress() time.Time {
 	q.mu.Lock()
 	defer q.mu.Unlock()
