@@ -86,8 +86,8 @@ func (s *edgeState) state() (v1.RecordState, string) {
 // and folds the outcomes per EdgeProvider. EdgeProviders the route no longer lists
 // but has records in get an empty desire, which deletes them.
 // Without an active edge nothing is declared: the records stay as they are rather
-// than being removed. onPending, if set, is told of each zone where the desire is not
-// applied yet.
+// than being removed. onPending, if set, is told of each zone where records are
+// desired and not applied yet.
 func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner string, plan *routePlan,
 	onPending func(edge, zone, owner string)) []*edgeState {
 	// A route whose deletion completed gets no record again, even from a planner that
@@ -123,7 +123,11 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		return states
 	}
 	for _, zr := range zones {
-		if out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records); ok && !out.Synced && onPending != nil {
+		// A failover waits for the records it moves, not for the empty desires in a
+		// route's other zones (which only clean up after a spec change): keeping those
+		// would be nine entries per route over 10 zones.
+		out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records)
+		if ok && !out.Synced && onPending != nil && len(zr.Records) > 0 {
 			onPending(zr.Edge, zr.Zone, owner)
 		}
 	}

@@ -119,7 +119,13 @@ type Queue struct {
 	// declare an empty desire in every zone of their EdgeProviders (that is how
 	// records left by an earlier spec go), and keeping those was 10 owners per route
 	// over 10 zones.
-	present     map[string]struct{}
+	present map[string]struct{}
+	// unlisted are the empty desires of owners the queue did not know, declared before
+	// the zone's first listing: only their keys are kept, and the next flush answers
+	// those with nothing here without planning them. An initial sync declares ten
+	// such desires per route over 10 zones, and keeping each as an owner, with its
+	// plan and outcome in the flush, was half the manager's heap at its peak.
+	unlisted    map[string]struct{}
 	sweep       bool // the next flush looks for orphans
 	firstDirty  time.Time
 	lastDesired time.Time
@@ -187,7 +193,17 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o, ok := q.owners[ownerKey]
-	if !ok && len(normalised) == 0 && !hasRecords && q.present != nil {
+	if !ok && len(normalised) == 0 && !hasRecords {
+		if q.present == nil {
+			if _, kept := q.unlisted[ownerKey]; !kept {
+				if q.unlisted == nil {
+					q.unlisted = map[string]struct{}{}
+				}
+				q.unlisted[ownerKey] = struct{}{}
+				q.touch()
+			}
+			return Outcome{}
+		}
 		if _, has := q.present[ownerKey]; !has {
 			return Outcome{Synced: true}
 		}
@@ -195,6 +211,7 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	if !ok {
 		o = &owner{}
 		q.owners[ownerKey] = o
+		delete(q.unlisted, ownerKey) // this desire replaces an earlier empty one
 	}
 	// An unchanged desire is pending, applied, or being retried already; owners with
 	// conflicts or rejected records are re-planned every Resync.
@@ -239,6 +256,7 @@ func (q *Queue) Forget(ownerKey string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.owners, ownerKey)
+	delete(q.unlisted, ownerKey)
 	if q.present != nil {
 		q.present[ownerKey] = struct{}{}
 	}
@@ -246,8 +264,13 @@ func (q *Queue) Forget(ownerKey string) {
 
 // markDirty schedules o for the next flush; q.mu must be held.
 func (q *Queue) markDirty(o *owner) {
-	now := time.Now()
 	o.dirty = true
+	q.touch()
+}
+
+// touch schedules a flush for a new desire; q.mu must be held.
+func (q *Queue) touch() {
+	now := time.Now()
 	if q.firstDirty.IsZero() {
 		q.firstDirty = now
 	}
@@ -386,20 +409,41 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 			o.dirty = false
 		}
 	}
+	unlisted := q.unlisted
+	q.unlisted = nil
 	q.firstDirty = time.Time{}
 	q.expedite = false
 	sweep := q.sweep
 	q.sweep = false
 	q.mu.Unlock()
-	if len(batch) == 0 && !sweep {
+	if len(batch) == 0 && len(unlisted) == 0 && !sweep {
 		return nil
 	}
 
-	outcomes := map[string]*Outcome{}
+	current, err := q.provider.ListRecords(ctx, q.zone)
+	present := map[string]struct{}{}
+	if err == nil {
+		for _, r := range current {
+			if r.Owner != "" {
+				present[r.Owner] = struct{}{}
+			}
+		}
+		q.mu.Lock()
+		q.present = present
+		q.mu.Unlock()
+	}
+	// Unlisted empty desires of owners with records here become owners of this
+	// flush; the others are answered now. After a failed listing all of them are
+	// owners, as the error is theirs too.
+	if answered := q.adopt(unlisted, present, err != nil, batch); len(answered) > 0 && q.notify != nil {
+		for _, key := range answered {
+			q.notify(key, Outcome{Synced: true})
+		}
+	}
+	outcomes := make(map[string]*Outcome, len(batch))
 	for key := range batch {
 		outcomes[key] = &Outcome{}
 	}
-	current, err := q.provider.ListRecords(ctx, q.zone)
 	if err != nil {
 		// What the zone holds is unknown until it is listed again: every empty desire
 		// is kept meanwhile.
@@ -448,26 +492,14 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 	byName := make(map[string][]providers.Record, len(wanted))
 	byOwner := make(map[string][]providers.Record, len(batch))
-	q.mu.Lock()
-	present := make(map[string]struct{}, len(q.present))
-	q.mu.Unlock()
 	for _, r := range current {
 		if wanted[r.Name] {
 			byName[r.Name] = append(byName[r.Name], r)
 		}
-		if r.Owner == "" {
-			continue
-		}
-		if _, ok := present[r.Owner]; !ok {
-			present[r.Owner] = struct{}{}
-		}
-		if _, ok := batch[r.Owner]; ok {
+		if _, ok := batch[r.Owner]; ok && r.Owner != "" {
 			byOwner[r.Owner] = append(byOwner[r.Owner], r)
 		}
 	}
-	q.mu.Lock()
-	q.present = present
-	q.mu.Unlock()
 	claimed := map[string]string{}
 	perOwner := map[string][]providers.Change{}
 	for _, key := range keys {
@@ -594,6 +626,31 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		}
 	}
 	return applyErr
+}
+
+// adopt turns the unlisted empty desires of owners with records in the zone (all of
+// them when all is set) into owners planned by this flush, and returns the others,
+// which have nothing here. An owner that declared records since is left to its
+// newer desire.
+func (q *Queue) adopt(unlisted, present map[string]struct{}, all bool, batch map[string][]providers.Record) (answered []string) {
+	if len(unlisted) == 0 {
+		return nil
+	}
+	empty := hashRecords(nil)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key := range unlisted {
+		if _, declared := q.owners[key]; declared {
+			continue
+		}
+		if _, has := present[key]; !has && !all {
+			answered = append(answered, key)
+			continue
+		}
+		q.owners[key] = &owner{hash: empty}
+		batch[key] = nil
+	}
+	return answered
 }
 
 // fillBatches splits owners, in order, into those whose changes fill whole batches

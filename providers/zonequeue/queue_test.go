@@ -440,3 +440,70 @@ func TestProgressFollowsTheFlushes(t *testing.T) {
 		t.Errorf("a failed flush moved Progress from %s to %s", applied, at)
 	}
 }
+
+// Before a zone's first listing, every route declares an empty desire in it (an initial
+// sync: nine such zones per route for one with records). Those are kept as keys, not
+// planned as owners: the flush answers the owners without records at once, plans only
+// those with records, and a desire with records declared after an empty one wins.
+func TestEmptyDesiresBeforeTheFirstListing(t *testing.T) {
+	mem, q, n := setup()
+	mem.records[providers.Key{Name: "old.example.com", Type: "CNAME"}] = providers.Record{Name: "old.example.com",
+		Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}, Owner: "moved"}
+	for i := range 1000 {
+		if out := q.Desire(fmt.Sprintf("elsewhere%d", i), nil); out.Synced {
+			t.Fatalf("before the first listing, an empty desire was answered synced: %+v", out)
+		}
+	}
+	q.Desire("moved", nil)
+	q.Desire("changed", nil)
+	q.Desire("changed", cname("changed.example.com"))
+	if owners := q.Owners(); len(owners) != 1 || owners[0] != "changed" {
+		t.Fatalf("%d owners before the first listing (%v...), want only the one that declared records", len(owners), owners[:min(3, len(owners))])
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if out, ok := n.of(fmt.Sprintf("elsewhere%d", i)); !ok || !out.Synced || out.Records != 0 || out.Err != nil {
+			t.Fatalf("elsewhere%d after the first listing: %+v (notified %t)", i, out, ok)
+		}
+	}
+	if _, left := mem.records[providers.Key{Name: "old.example.com", Type: "CNAME"}]; left {
+		t.Error("the record of an owner whose empty desire came before the first listing was not deleted")
+	}
+	if _, made := mem.records[providers.Key{Name: "changed.example.com", Type: "CNAME"}]; !made {
+		t.Error("a desire with records declared after an empty one was not applied")
+	}
+	if out, _ := n.of("changed"); !out.Synced || out.Records != 1 {
+		t.Errorf("changed: %+v", out)
+	}
+	if mem.changes != 2 {
+		t.Errorf("%d changes applied, want 2 (one deletion, one creation)", mem.changes)
+	}
+}
+
+// When the first listing fails, the unlisted empty desires share its error and are
+// retried like every other owner: nothing is answered without a listing.
+func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
+	mem, q, n := setup()
+	mem.listFail = errors.New("zone unreachable")
+	q.Desire("a", nil)
+	if err := q.Flush(context.Background()); err == nil {
+		t.Fatal("a flush with a failing listing succeeded")
+	}
+	if out, ok := n.of("a"); !ok || out.Synced || out.Err == nil {
+		t.Fatalf("a after a failed listing: %+v (notified %t)", out, ok)
+	}
+	mem.mu.Lock()
+	mem.listFail = nil
+	mem.mu.Unlock()
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := n.of("a"); !out.Synced || out.Err != nil {
+		t.Errorf("a once the zone is listed: %+v", out)
+	}
+	if owners := q.Owners(); len(owners) != 0 {
+		t.Errorf("owners kept with nothing wanted and nothing left: %v", owners)
+	}
+}
