@@ -136,6 +136,8 @@ func runAll(ctx context.Context, c config) error {
 		// Credential Secrets are read only in the operator's namespace, and cached only there.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{c.operator.Namespace: {}}},
+			// Every TenantRoute of the cluster is cached: each is stored compacted.
+			&routingv1alpha1.TenantRoute{}: {Transform: controllers.CompactRoutes},
 		},
 			// managedFields are a large part of every cached object and nothing here
 			// reads them (updates of cached objects leave the server's as they are).
@@ -164,10 +166,10 @@ func runAll(ctx context.Context, c config) error {
 	if c.tls.reportCerts || (c.proxyAddr != "0" && c.tls.on()) {
 		c.operator.CertBook, c.operator.CertStatusInterval = certBook, c.tls.statusEvery
 	}
-	if err := controllers.Setup(ctx, mgr, c.operator); err != nil {
+	source, err := controllers.Setup(ctx, mgr, c.operator)
+	if err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
-	source := routes.Source{Reader: mgr.GetCache()}
 	if c.lookupAddr != "0" {
 		token, err := c.shared.lookupToken()
 		if err != nil {

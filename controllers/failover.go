@@ -129,8 +129,8 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 	// The routes are read, not copied: a copy of each of thousands of routes would be
 	// held for the whole rewrite. Nothing here changes them, except the finalizer
 	// patch below, which works on its own copy.
-	var routes v1.TenantRouteList
-	if err := f.List(ctx, &routes, client.MatchingFields{indexEdges: edgeName}, client.UnsafeDisableDeepCopy); err != nil {
+	routes, err := f.Routes.byEdge.Routes(ctx, edgeName)
+	if err != nil {
 		log.FromContext(ctx).Error(err, "listing the TenantRoutes of an edge", "edge", edgeName)
 		return nil, 0
 	}
@@ -147,8 +147,8 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		}
 		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, rw.add)
 	}
-	for i := range routes.Items {
-		route := &routes.Items[i]
+	for i := range routes {
+		route := &routes[i]
 		keys = append(keys, client.ObjectKeyFromObject(route))
 		switch {
 		case !route.DeletionTimestamp.IsZero():

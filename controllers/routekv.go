@@ -25,6 +25,8 @@ import (
 type RouteKVReconciler struct {
 	client.Client
 	KV routes.KV
+	// Source says which route each hostname leads to.
+	Source routes.Source
 	// Mu is held by a reconcile and by a whole KVSync run, so that a sync cannot
 	// write back a route a reconcile just changed or deleted.
 	Mu *sync.Mutex
@@ -52,7 +54,7 @@ func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	// Each hostname gets the route of whichever TenantRoute holds it now.
-	src := routes.Source{Reader: r.Client}
+	src := r.Source
 	put := map[string]routes.Route{}
 	var gone []string
 	for _, h := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(written), current...)))) {
@@ -91,7 +93,7 @@ func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRouteReconciler) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.TenantRoute{}).
-		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routes.routesMatching(indexRegion))).
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(routes.byRegion))).
 		Named("routekv").
 		Complete(r)
 }
@@ -103,6 +105,7 @@ func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRou
 // interval after it is back.
 type KVSync struct {
 	Reader   client.Reader
+	Source   routes.Source
 	KV       routes.KV
 	Interval time.Duration
 	Mu       *sync.Mutex // shared with RouteKVReconciler
@@ -144,7 +147,7 @@ func (s *KVSync) sync(ctx context.Context) (int, error) {
 	if err := s.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
 	}
-	src := routes.Source{Reader: s.Reader}
+	src := s.Source
 	want := map[string]routes.Route{}
 	for i := range list.Items {
 		for _, h := range routes.Granted(&list.Items[i]) {

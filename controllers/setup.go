@@ -62,8 +62,17 @@ type Options struct {
 }
 
 // Setup registers every controller with the manager; provider queues run until ctx
-// is done.
-func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+// is done. It returns the source of truth of the routes, read from the manager's
+// cache, for the proxy and the lookup endpoint.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (routes.Source, error) {
+	source, err := routes.NewSource(ctx, mgr.GetCache())
+	if err != nil {
+		return routes.Source{}, err
+	}
+	return source, setup(ctx, mgr, o, source)
+}
+
+func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Source) error {
 	if o.Instance == "" {
 		o.Instance = "default"
 	}
@@ -127,13 +136,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if o.RedisKV != nil {
 		var mu sync.Mutex
-		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV, Mu: &mu}).SetupWithManager(mgr, tenantRoutes); err != nil {
+		if err := (&RouteKVReconciler{Client: mgr.GetClient(), KV: *o.RedisKV, Source: source, Mu: &mu}).SetupWithManager(mgr, tenantRoutes); err != nil {
 			return fmt.Errorf("setting up the Redis route writer: %w", err)
 		}
 		if o.KVSyncInterval <= 0 {
 			o.KVSyncInterval = max(time.Second, cmp.Or(o.RedisKV.TTL, routes.DefaultEntryTTL)/3)
 		}
-		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), KV: *o.RedisKV, Interval: o.KVSyncInterval, Mu: &mu}); err != nil {
+		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), Source: source, KV: *o.RedisKV, Interval: o.KVSyncInterval, Mu: &mu}); err != nil {
 			return fmt.Errorf("adding the Redis synchroniser: %w", err)
 		}
 	}

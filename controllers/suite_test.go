@@ -254,6 +254,8 @@ func (o *operator) start() {
 			ByObject: map[client.Object]cache.ByObject{
 				&v1.EdgeProvider{}: {Label: sel},
 				&v1.Region{}:       {Label: sel},
+				// As the manager stores them (cmd/).
+				&v1.TenantRoute{}: {Transform: controllers.CompactRoutes},
 			},
 		},
 		// Tests run several managers in one process.
@@ -273,7 +275,7 @@ func (o *operator) start() {
 		o.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
 		RedisKV: o.kv, KVSyncInterval: o.kvSync,
 		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,
 		FailoverEvents: o.failoverEvents, CertBook: o.certBook, CertStatusInterval: o.certInterval}); err != nil {

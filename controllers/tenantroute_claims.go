@@ -12,32 +12,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
-// routesMatching maps an object to the TenantRoutes whose index field names it.
-func (r *TenantRouteReconciler) routesMatching(field string) handler.MapFunc {
+// routesMatching maps an object to the TenantRoutes whose index holds its name.
+func routesMatching(idx *routes.Index) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		return r.routeRequests(ctx, client.MatchingFields{field: o.GetName()})
+		keys, err := idx.Keys(ctx, o.GetName())
+		if err != nil {
+			log.FromContext(ctx).Error(err, "finding the TenantRoutes to reconcile")
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(keys))
+		for i, key := range keys {
+			reqs[i] = reconcile.Request{NamespacedName: key}
+		}
+		return reqs
 	}
 }
 
 // routesInNamespace maps a Namespace whose labels changed to its TenantRoutes: a zone's
 // namespaceSelector may now select it, or no longer.
 func (r *TenantRouteReconciler) routesInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.routeRequests(ctx, client.InNamespace(o.GetName()))
-}
-
-// routeRequests lists TenantRoutes from the cache as reconcile requests. Only their
-// names are read, so the cache's objects are not copied: an EdgeProvider's change
-// lists all of its routes, which may be tens of thousands.
-func (r *TenantRouteReconciler) routeRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
-	var routes v1.TenantRouteList
-	if err := r.List(ctx, &routes, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-		log.FromContext(ctx).Error(err, "listing TenantRoutes to reconcile", "selector", opts)
+	// Only their names are read, so the cache's objects are not copied.
+	var list v1.TenantRouteList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "listing the TenantRoutes of a namespace", "namespace", o.GetName())
 		return nil
 	}
-	reqs := make([]reconcile.Request, len(routes.Items))
-	for i, tr := range routes.Items {
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i, tr := range list.Items {
 		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tr.Namespace, Name: tr.Name}}
 	}
 	return reqs
@@ -45,19 +49,19 @@ func (r *TenantRouteReconciler) routeRequests(ctx context.Context, opts ...clien
 
 // sharedHostnames enqueues the other TenantRoutes that share a hostname with a route
 // that was created, changed (old and new hostnames) or deleted, so that a route
-// waiting for a hostname takes it as soon as it is released.
-func sharedHostnames(c client.Client) handler.EventHandler {
+// waiting for a hostname takes it as soon as it is released. byHostname indexes the
+// routes by spec.hostnames.
+func sharedHostnames(byHostname *routes.Index) handler.EventHandler {
 	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], self client.Object, hostnames ...[]string) {
 		seen := map[types.NamespacedName]bool{{Namespace: self.GetNamespace(), Name: self.GetName()}: true}
 		for _, hs := range hostnames {
 			for _, h := range hs {
-				var routes v1.TenantRouteList
-				if err := c.List(ctx, &routes, client.MatchingFields{indexHostnames: h}); err != nil {
-					log.FromContext(ctx).Error(err, "listing TenantRoutes by hostname", "hostname", h)
+				keys, err := byHostname.Keys(ctx, h)
+				if err != nil {
+					log.FromContext(ctx).Error(err, "finding the TenantRoutes that list a hostname", "hostname", h)
 					continue
 				}
-				for _, tr := range routes.Items {
-					key := types.NamespacedName{Namespace: tr.Namespace, Name: tr.Name}
+				for _, key := range keys {
 					if !seen[key] {
 						seen[key] = true
 						q.Add(reconcile.Request{NamespacedName: key})

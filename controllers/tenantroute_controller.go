@@ -57,6 +57,9 @@ type TenantRouteReconciler struct {
 	Verifier *DomainVerifier
 	// rewrites observes failovers until their records are rewritten.
 	rewrites *rewriteTracker
+	// The TenantRoutes that list an edge (in spec or status), a region, a tenantID, a
+	// hostname (in spec), across namespaces.
+	byEdge, byRegion, byTenantID, byHostname *routes.Index
 
 	owners sync.Map // owner key -> types.NamespacedName
 	// pendingSince: when each owner's records were first found pending (settle).
@@ -248,15 +251,15 @@ func (r *TenantRouteReconciler) enqueueClaimants(ctx context.Context, self types
 	if len(freed.Hostnames)+len(freed.TenantIDs) == 0 {
 		return // the common case: nothing was let go
 	}
-	for field, values := range map[string][]string{indexHostnames: freed.Hostnames, indexTenantID: freed.TenantIDs} {
+	for idx, values := range map[*routes.Index][]string{r.byHostname: freed.Hostnames, r.byTenantID: freed.TenantIDs} {
 		for _, v := range values {
-			var list v1.TenantRouteList
-			if err := r.List(ctx, &list, client.MatchingFields{field: v}); err != nil {
-				log.FromContext(ctx).Error(err, "listing the claimants of a freed name", "name", v)
+			keys, err := idx.Keys(ctx, v)
+			if err != nil {
+				log.FromContext(ctx).Error(err, "finding the claimants of a freed name", "name", v)
 				continue
 			}
-			for _, tr := range list.Items {
-				if key := client.ObjectKeyFromObject(&tr); key != self {
+			for _, key := range keys {
+				if key != self {
 					r.enqueue(key)
 				}
 			}
@@ -288,8 +291,11 @@ func (r *TenantRouteReconciler) ownerOf(route *v1.TenantRoute) string {
 func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.TenantRoute) (map[string]*v1.EdgeProvider, error) {
 	edges := map[string]*v1.EdgeProvider{}
 	for _, name := range EdgesOf(route) {
+		// Read in place, never changed: every reconcile and every route of a failover
+		// reads its EdgeProviders, and copying them was 5% of the manager's CPU at
+		// 100,000 routes.
 		ep := &v1.EdgeProvider{}
-		if err := r.Get(ctx, types.NamespacedName{Name: name}, ep); err != nil {
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, ep, client.UnsafeDisableDeepCopy); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -304,7 +310,7 @@ func (r *TenantRouteReconciler) edgeProviders(ctx context.Context, route *v1.Ten
 }
 
 func (r *TenantRouteReconciler) checkRegion(ctx context.Context, route *v1.TenantRoute) error {
-	err := r.Get(ctx, types.NamespacedName{Name: route.Spec.Region}, &v1.Region{})
+	err := r.Get(ctx, types.NamespacedName{Name: route.Spec.Region}, &v1.Region{}, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("region %s not found", route.Spec.Region)
 	}
@@ -339,7 +345,7 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 // installed: they may have found it not ready.
 func (r *TenantRouteReconciler) edgeReady(edge string) {
 	go func() {
-		for _, req := range r.routesMatching(indexEdges)(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: edge}}) {
+		for _, req := range routesMatching(r.byEdge)(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: edge}}) {
 			r.enqueue(req.NamespacedName)
 		}
 	}()
@@ -407,29 +413,29 @@ func (q *requests) add(key types.NamespacedName) {
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.startedAt = time.Now()
-	indexer := mgr.GetFieldIndexer()
-	if err := routes.IndexGranted(context.Background(), indexer); err != nil {
-		return fmt.Errorf("indexing TenantRoutes by granted hostname: %w", err)
-	}
-	for field, extract := range map[string]func(*v1.TenantRoute) []string{
-		indexEdges:     func(tr *v1.TenantRoute) []string { return EdgesOf(tr) },
-		indexRegion:    func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} },
-		indexTenantID:  func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} },
-		indexHostnames: func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames },
+	for _, ix := range []struct {
+		into   **routes.Index
+		name   string
+		values func(*v1.TenantRoute) []string
+	}{
+		{&r.byEdge, indexEdges, EdgesOf},
+		{&r.byRegion, indexRegion, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} }},
+		{&r.byTenantID, indexTenantID, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} }},
+		{&r.byHostname, indexHostnames, func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames }},
 	} {
-		if err := indexer.IndexField(context.Background(), &v1.TenantRoute{}, field, func(o client.Object) []string {
-			return extract(o.(*v1.TenantRoute))
-		}); err != nil {
-			return fmt.Errorf("indexing TenantRoutes by %s: %w", field, err)
+		idx, err := routes.NewIndex(context.Background(), mgr.GetCache(), ix.name, ix.values)
+		if err != nil {
+			return err
 		}
+		*ix.into = idx
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.TenantRoute{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{}))).
-		Watches(&v1.TenantRoute{}, sharedHostnames(r.Client)).
-		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexEdges)),
+		Watches(&v1.TenantRoute{}, sharedHostnames(r.byHostname)).
+		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byEdge)),
 			builder.WithPredicates(edgeProviderChanged())).
-		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(r.routesMatching(indexRegion))).
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byRegion))).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Func(r.requests.start)).

@@ -23,12 +23,32 @@ type Cached struct {
 }
 
 type zoneRecords struct {
-	records  map[Key]Record
 	listedAt time.Time
-	// snapshot is the records sorted by name and type. Callers hold on to it while
-	// they plan, so it is never modified: an apply merges its changes into a new one
-	// (O(n + k log k) for k changes) rather than sorting the zone again.
+	// snapshot is the records sorted by name and type, one per key: the zone's only
+	// copy (a map by key beside it was a third of the zone caches' memory). Callers
+	// hold on to it while they plan, so it is never modified: an apply merges its
+	// changes into a new one (O(n + k log k) for k changes) rather than sorting the
+	// zone again.
 	snapshot []Record
+}
+
+// newZoneRecords keeps a zone's listing sorted; of records listed twice under one
+// key, the last is kept.
+func newZoneRecords(listed []Record, listedAt time.Time) *zoneRecords {
+	recs := slices.Clone(listed) // the provider's slice is the provider's
+	slices.SortStableFunc(recs, compareRecords)
+	out := recs[:0]
+	for _, r := range recs {
+		if n := len(out); n > 0 && out[n-1].Key() == r.Key() {
+			out[n-1] = r
+			continue
+		}
+		out = append(out, r)
+	}
+	if out == nil {
+		out = []Record{} // listed, and empty
+	}
+	return &zoneRecords{listedAt: listedAt, snapshot: slices.Clip(out)}
 }
 
 // NewCached lists each zone at most once per resync.
@@ -52,15 +72,11 @@ func (c *Cached) ListRecords(ctx context.Context, zone Zone) ([]Record, error) {
 		if err != nil {
 			return nil, err
 		}
-		zr := &zoneRecords{records: make(map[Key]Record, len(recs)), listedAt: listedAt}
-		for _, r := range recs {
-			zr.records[r.Key()] = r
-		}
+		zr := newZoneRecords(recs, listedAt)
 		c.mu.Lock()
 		c.zones[zone.ID] = zr
-		snapshot := zr.sorted()
 		c.mu.Unlock()
-		return snapshot, nil
+		return zr.snapshot, nil
 	})
 	if err != nil {
 		return nil, err
@@ -75,19 +91,7 @@ func (c *Cached) fresh(zoneID string) ([]Record, bool) {
 	if !ok || c.now().Sub(zr.listedAt) >= c.resync {
 		return nil, false
 	}
-	return zr.sorted(), true
-}
-
-// sorted returns the records ordered by name and type; c.mu must be held.
-func (zr *zoneRecords) sorted() []Record {
-	if zr.snapshot == nil {
-		zr.snapshot = make([]Record, 0, len(zr.records))
-		for _, r := range zr.records {
-			zr.snapshot = append(zr.snapshot, r)
-		}
-		slices.SortFunc(zr.snapshot, compareRecords)
-	}
-	return zr.snapshot
+	return zr.snapshot, true
 }
 
 func compareRecords(a, b Record) int {
@@ -98,16 +102,16 @@ func compareRecords(a, b Record) int {
 }
 
 // merge returns a new snapshot: the old one without the keys touched, merged with
-// those keys' records as they are now; c.mu must be held and zr.records updated.
-func (zr *zoneRecords) merge(touched map[Key]struct{}) []Record {
+// those keys' records as they are now (nil: deleted); c.mu must be held.
+func (zr *zoneRecords) merge(touched map[Key]*Record) []Record {
 	var now []Record
-	for k := range touched {
-		if r, ok := zr.records[k]; ok {
-			now = append(now, r)
+	for _, r := range touched {
+		if r != nil {
+			now = append(now, *r)
 		}
 	}
 	slices.SortFunc(now, compareRecords)
-	out := make([]Record, 0, len(zr.records))
+	out := make([]Record, 0, len(zr.snapshot)+len(now))
 	for _, r := range zr.snapshot {
 		if _, ok := touched[r.Key()]; ok {
 			continue
@@ -138,18 +142,16 @@ func (c *Cached) ApplyChanges(ctx context.Context, zone Zone, changes []Change) 
 		delete(c.zones, zone.ID)
 		return res, err
 	}
-	touched := make(map[Key]struct{}, len(res.Applied))
+	touched := make(map[Key]*Record, len(res.Applied))
 	for _, ch := range res.Applied {
 		if ch.Old != nil {
-			delete(zr.records, ch.Old.Key())
-			touched[ch.Old.Key()] = struct{}{}
+			touched[ch.Old.Key()] = nil
 		}
 		if ch.New != nil {
-			zr.records[ch.New.Key()] = *ch.New
-			touched[ch.New.Key()] = struct{}{}
+			touched[ch.New.Key()] = ch.New
 		}
 	}
-	if zr.snapshot != nil && len(touched) > 0 {
+	if len(touched) > 0 {
 		zr.snapshot = zr.merge(touched)
 	}
 	return res, err

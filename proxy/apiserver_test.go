@@ -70,7 +70,8 @@ func TestKnownRoutesSurviveTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := routes.IndexGranted(ctx, mgr.GetFieldIndexer()); err != nil {
+	source, err := routes.NewSource(ctx, mgr.GetCache())
+	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,7 +82,7 @@ func TestKnownRoutesSurviveTheAPIServer(t *testing.T) {
 	ln.Close()
 	// Routes live in memory for 100 ms only: after that, every lookup goes to the
 	// informer cache, the source of truth.
-	chain := proxy.NewChain(proxy.ChainOptions{TTL: 100 * time.Millisecond}, routes.Source{Reader: mgr.GetCache()})
+	chain := proxy.NewChain(proxy.ChainOptions{TTL: 100 * time.Millisecond}, source)
 	if err := mgr.Add(&proxy.Server{Proxy: proxy.New(chain, proxy.Options{}), Listen: addr}); err != nil {
 		t.Fatal(err)
 	}

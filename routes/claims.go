@@ -27,12 +27,35 @@ type Claims struct {
 	hosts   map[string]grant
 	tenants map[string]grant
 	byKey   map[types.NamespacedName]types.UID
-	// What each route holds, so that a claim or a release costs what the route
-	// holds, not what the cluster holds.
-	heldHosts  map[types.UID]map[string]bool
-	heldTenant map[types.UID]string
-	// claimed are the routes Claim decided for since this registry started.
-	claimed map[types.UID]bool
+	// What each route holds, so that a claim or a release costs what the route holds,
+	// not what the cluster holds: one small record per route (a map per route was a
+	// fifth of the registry's memory).
+	held map[types.UID]*holding
+}
+
+// holding is what one route holds.
+type holding struct {
+	hosts  []string // granted hostnames
+	tenant string   // its granted tenantID, "" when it holds none
+	// claimed: Claim decided for the route since this registry started.
+	claimed bool
+}
+
+// holdingOf returns the record of uid, created when new.
+func (c *Claims) holdingOf(uid types.UID) *holding {
+	h := c.held[uid]
+	if h == nil {
+		h = &holding{}
+		c.held[uid] = h
+	}
+	return h
+}
+
+// forget drops the record of uid once it holds nothing and was not decided for.
+func (c *Claims) forget(uid types.UID) {
+	if h := c.held[uid]; h != nil && len(h.hosts) == 0 && h.tenant == "" && !h.claimed {
+		delete(c.held, uid)
+	}
 }
 
 // grant is who holds a claim and since when.
@@ -51,7 +74,7 @@ type Freed struct {
 // NewClaims returns an empty registry; EnsureSeeded fills it from the cluster.
 func NewClaims() *Claims {
 	return &Claims{hosts: map[string]grant{}, tenants: map[string]grant{}, byKey: map[types.NamespacedName]types.UID{},
-		heldHosts: map[types.UID]map[string]bool{}, heldTenant: map[types.UID]string{}, claimed: map[types.UID]bool{}}
+		held: map[types.UID]*holding{}}
 }
 
 // EnsureSeeded learns, once, the grants recorded in the status of every TenantRoute
@@ -97,10 +120,8 @@ func (c *Claims) takeHost(name string, g grant) {
 		c.dropHost(name)
 	}
 	c.hosts[name] = g
-	if c.heldHosts[g.uid] == nil {
-		c.heldHosts[g.uid] = map[string]bool{}
-	}
-	c.heldHosts[g.uid][name] = true
+	h := c.holdingOf(g.uid)
+	h.hosts = append(h.hosts, name)
 }
 
 func (c *Claims) takeTenant(name string, g grant) {
@@ -111,14 +132,15 @@ func (c *Claims) takeTenant(name string, g grant) {
 		c.dropTenant(name)
 	}
 	c.tenants[name] = g
-	c.heldTenant[g.uid] = name
+	c.holdingOf(g.uid).tenant = name
 }
 
 func (c *Claims) dropHost(name string) {
 	if g, ok := c.hosts[name]; ok {
 		delete(c.hosts, name)
-		if delete(c.heldHosts[g.uid], name); len(c.heldHosts[g.uid]) == 0 {
-			delete(c.heldHosts, g.uid)
+		if h := c.held[g.uid]; h != nil {
+			h.hosts = slices.DeleteFunc(h.hosts, func(held string) bool { return held == name })
+			c.forget(g.uid)
 		}
 	}
 }
@@ -126,8 +148,9 @@ func (c *Claims) dropHost(name string) {
 func (c *Claims) dropTenant(name string) {
 	if g, ok := c.tenants[name]; ok {
 		delete(c.tenants, name)
-		if c.heldTenant[g.uid] == name {
-			delete(c.heldTenant, g.uid)
+		if h := c.held[g.uid]; h != nil && h.tenant == name {
+			h.tenant = ""
+			c.forget(g.uid)
 		}
 	}
 }
@@ -150,14 +173,18 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, ineligible map[strin
 	defer c.mu.Unlock()
 	me := grant{uid: tr.UID, key: keyOf(tr), since: now}
 	freed = c.forgetStale(me)
-	c.claimed[me.uid] = true
-	for h := range c.heldHosts[me.uid] {
+	holds := c.holdingOf(me.uid)
+	holds.claimed = true
+	unlisted := len(freed.Hostnames)
+	for _, h := range holds.hosts {
 		if !slices.Contains(tr.Spec.Hostnames, h) {
-			c.dropHost(h)
 			freed.Hostnames = append(freed.Hostnames, h)
 		}
 	}
-	if t, ok := c.heldTenant[me.uid]; ok && t != tr.Spec.TenantID {
+	for _, h := range freed.Hostnames[unlisted:] { // not while ranging: dropHost changes holds.hosts
+		c.dropHost(h)
+	}
+	if t := holds.tenant; t != "" && t != tr.Spec.TenantID {
 		c.dropTenant(t)
 		freed.TenantIDs = append(freed.TenantIDs, t)
 	}
@@ -219,12 +246,13 @@ func holderOf(held grant, tr *v1.TenantRoute) string {
 func (c *Claims) Held(tr *v1.TenantRoute) (hostnames []string, claimed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.byKey[keyOf(tr)] != tr.UID || !c.claimed[tr.UID] {
+	h := c.held[tr.UID]
+	if c.byKey[keyOf(tr)] != tr.UID || h == nil || !h.claimed {
 		return nil, false
 	}
-	for _, h := range tr.Spec.Hostnames {
-		if c.heldHosts[tr.UID][h] {
-			hostnames = append(hostnames, h)
+	for _, name := range tr.Spec.Hostnames {
+		if slices.Contains(h.hosts, name) {
+			hostnames = append(hostnames, name)
 		}
 	}
 	return hostnames, true
@@ -255,15 +283,20 @@ func (c *Claims) forgetStale(me grant) Freed {
 
 func (c *Claims) releaseUID(uid types.UID) Freed {
 	var freed Freed
-	delete(c.claimed, uid)
-	for h := range c.heldHosts[uid] {
-		c.dropHost(h)
-		freed.Hostnames = append(freed.Hostnames, h)
+	h := c.held[uid]
+	if h == nil {
+		return freed
 	}
-	if t, ok := c.heldTenant[uid]; ok {
+	h.claimed = false
+	for _, name := range slices.Clone(h.hosts) { // dropHost changes h.hosts
+		c.dropHost(name)
+		freed.Hostnames = append(freed.Hostnames, name)
+	}
+	if t := h.tenant; t != "" {
 		c.dropTenant(t)
 		freed.TenantIDs = append(freed.TenantIDs, t)
 	}
+	c.forget(uid)
 	return freed
 }
 

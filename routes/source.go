@@ -11,45 +11,54 @@ import (
 	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
 
-// GrantedIndex is the field index of TenantRoutes by the hostnames their status
-// says they were granted; IndexGranted registers it.
+// GrantedIndex names the index of TenantRoutes by the hostnames their status says
+// they were granted.
 const GrantedIndex = "status.grantedHostnames"
 
-// IndexGranted registers GrantedIndex with a manager's field indexer.
-func IndexGranted(ctx context.Context, indexer client.FieldIndexer) error {
-	return indexer.IndexField(ctx, &v1.TenantRoute{}, GrantedIndex, func(o client.Object) []string {
-		return Granted(o.(*v1.TenantRoute))
-	})
+// NewSource returns the source of truth reading c, a manager's cache; it indexes the
+// cached TenantRoutes by granted hostname (GrantedIndex), so call it once, before the
+// cache starts.
+func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
+	granted, err := NewIndex(ctx, c, GrantedIndex, Granted)
+	if err != nil {
+		return Source{}, err
+	}
+	return Source{Reader: c, Granted: granted}, nil
 }
 
 // Source is the source of truth: the TenantRoute granted a host, and its Region's
 // backends, read from a cache (the manager's informers), so that it keeps answering
 // while the API server is away.
 type Source struct {
+	// Reader reads Regions.
 	Reader client.Reader
+	// Granted finds the TenantRoutes by granted hostname.
+	Granted *Index
 }
 
 // Name names the source in the proxy's metrics.
 func (Source) Name() string { return "source" }
 
-// Lookup returns the route of the TenantRoute granted host, or ErrNotFound.
+// Lookup returns the route of the TenantRoute granted host, or ErrNotFound. It reads
+// the cache in place: a lookup copies no object.
 func (s Source) Lookup(ctx context.Context, host string) (Route, error) {
-	var candidates v1.TenantRouteList
-	if err := s.Reader.List(ctx, &candidates, client.MatchingFields{GrantedIndex: host}); err != nil {
-		return Route{}, fmt.Errorf("listing TenantRoutes granted %s: %w", host, err)
+	candidates, err := s.Granted.Routes(ctx, host)
+	if err != nil {
+		return Route{}, err
 	}
-	holder := Holder(candidates.Items, host)
+	holder := Holder(candidates, host)
 	if holder == nil {
 		return Route{}, ErrNotFound
 	}
 	r := Route{Tenant: holder.Spec.TenantID, Region: holder.Spec.Region}
 	region := &v1.Region{}
-	switch err := s.Reader.Get(ctx, client.ObjectKey{Name: holder.Spec.Region}, region); {
+	switch err := s.Reader.Get(ctx, client.ObjectKey{Name: holder.Spec.Region}, region, client.UnsafeDisableDeepCopy); {
 	case apierrors.IsNotFound(err):
 		// Known tenant, unknown region: no backend, so a clear 503, never another region.
 	case err != nil:

@@ -54,11 +54,16 @@ type Writes struct {
 	ProviderWrites  int // batch requests to Cloudflare plus change batches to Route53
 	CloudflareCalls int
 	Route53Calls    int
+	// Of the calls, those that list a zone's records (one page each); a zone is listed
+	// again at every resync (--zone-resync, 10 min), so a phase that lasts past it
+	// counts a full listing of every zone.
+	CloudflareLists int
+	Route53Lists    int
 }
 
 func (w Writes) String() string {
-	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d, route53 %d)",
-		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.Route53Calls)
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages, route53 %d with %d list pages)",
+		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.CloudflareLists, w.Route53Calls, w.Route53Lists)
 }
 
 // Report of one run; times are from the manager's start, or from the edge going down.
@@ -358,6 +363,7 @@ func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error)
 		w.Route53Calls += n
 	}
 	w.ProviderWrites = cf["POST /zones/{id}/dns_records/batch"] + r53["POST /2013-04-01/hostedzone/{Id}/rrset"]
+	w.CloudflareLists, w.Route53Lists = cf["GET /zones/{id}/dns_records"], r53["GET /2013-04-01/hostedzone/{Id}/rrset"]
 	return w, nil
 }
 

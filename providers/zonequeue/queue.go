@@ -747,10 +747,13 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 			q.markDirty(o)
 		}
 		changed := o.outcome.summary() != out.summary() || len(out.Applied) > 0
-		o.outcome = *out
 		if changed {
 			notes = append(notes, note{key, *out})
 		}
+		// The applied changes are news for the notification only: kept, they held a
+		// copy of every owner's last records.
+		o.outcome = *out
+		o.outcome.Applied = nil
 		if counted && len(o.desired) == 0 && !o.dirty && out.Synced && out.Records == 0 && len(out.Conflicts) == 0 && len(out.Failed) == 0 {
 			// Nothing wanted and nothing left: known again only if it wants records here.
 			delete(q.owners, key)
