@@ -32,13 +32,15 @@ func (o *operator) recordOwner(name string) string {
 // routedTenant is the tenant the proxy would send a host to: the holder of its grant,
 // by the rule the proxy's source of truth applies.
 func routedTenant(host string, namespaces ...string) (string, error) {
-	var all []v1.TenantRoute
+	var all []*v1.TenantRoute
 	for _, ns := range namespaces {
 		var list v1.TenantRouteList
 		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return "", err
 		}
-		all = append(all, list.Items...)
+		for i := range list.Items {
+			all = append(all, &list.Items[i])
+		}
 	}
 	if h := routes.Holder(all, host); h != nil {
 		return h.Namespace + "/" + h.Name, nil

@@ -147,8 +147,7 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 		}
 		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, rw.add)
 	}
-	for i := range routes {
-		route := &routes[i]
+	for _, route := range routes {
 		keys = append(keys, client.ObjectKeyFromObject(route))
 		switch {
 		case !route.DeletionTimestamp.IsZero():

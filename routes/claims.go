@@ -329,11 +329,10 @@ func Granted(tr *v1.TenantRoute) []string {
 
 // Holder returns, among TenantRoutes, the one whose status holds host (by Granted),
 // or nil; two that both do resolve by the rule of EnsureSeeded.
-func Holder(candidates []v1.TenantRoute, host string) *v1.TenantRoute {
+func Holder(candidates []*v1.TenantRoute, host string) *v1.TenantRoute {
 	var holder *v1.TenantRoute
 	var best grant
-	for i := range candidates {
-		tr := &candidates[i]
+	for _, tr := range candidates {
 		if !slices.Contains(Granted(tr), host) {
 			continue
 		}

@@ -94,7 +94,7 @@ func TestGrantsSurviveARestart(t *testing.T) {
 	if h[0].State != v1.ClaimGranted || !h[0].Since.Equal(&since) {
 		t.Errorf("the holder after a restart: %+v", h)
 	}
-	if got := Holder([]v1.TenantRoute{*other, *holder}, "x.example.com"); got == nil || got.Name != "holder" {
+	if got := Holder([]*v1.TenantRoute{other, holder}, "x.example.com"); got == nil || got.Name != "holder" {
 		t.Errorf("Holder: %v", got)
 	}
 }
