@@ -440,6 +440,7 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Func(r.requests.start)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		WithLogConstructor(routeLogs(mgr)).
 		Named("tenantroute").
 		Complete(r)
 }

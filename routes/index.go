@@ -41,7 +41,9 @@ const (
 )
 
 // NewIndex registers an index of the TenantRoutes in c by values, under field, before
-// the cache starts; values is called again on every change of a route.
+// the cache starts; values is called again on every change of a route. Lookups are
+// across namespaces: a List with client.InNamespace and client.MatchingFields of this
+// field finds nothing.
 func NewIndex(ctx context.Context, c cache.Cache, field string, values func(*v1.TenantRoute) []string) (*Index, error) {
 	inf, err := c.GetInformer(ctx, &v1.TenantRoute{}, cache.BlockUntilSynced(false))
 	if err != nil {

@@ -225,10 +225,14 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 }
 
 // Expedite flushes every pending owner now, without waiting for the stream of desires
-// to pause: a failover has declared all it will.
+// to pause: a failover has declared all it will. With nothing pending it does nothing:
+// kept until the next flush, it would send the first desire of the next burst alone.
 func (q *Queue) Expedite() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.firstDirty.IsZero() {
+		return
+	}
 	q.expedite = true
 	select {
 	case q.wake <- struct{}{}:

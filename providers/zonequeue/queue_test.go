@@ -507,3 +507,24 @@ func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
 		t.Errorf("owners kept with nothing wanted and nothing left: %v", owners)
 	}
 }
+
+// An Expedite that finds nothing pending (a failover that moved nothing in this zone)
+// must not rush the next burst: its first desire went out alone in a batch of its own
+// before, one more Route53 call per zone in every failover that followed.
+func TestExpediteWithNothingPendingLeavesTheNextBurstWhole(t *testing.T) {
+	mem := newMem()
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Quiet: 50 * time.Millisecond}, nil)
+	q.Expedite()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	for i := range 200 {
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+	}
+	waitFor(t, func() bool { mem.mu.Lock(); defer mem.mu.Unlock(); return mem.changes == 200 })
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	if mem.applies != 1 {
+		t.Errorf("the burst of 200 went out in %d batches, want 1", mem.applies)
+	}
+}
