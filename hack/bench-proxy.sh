@@ -2,6 +2,8 @@
 # Measures the proxy against nginx side by side: same Go backend (512-byte answers),
 # same load generator (wrk -t1 -c50), and prints throughput, p99, CPU per request and
 # the ratios.
+# FLOOR=1 measures hack/bench/floor too: the cheapest epoll forwarder in Go, which does
+# none of the proxy's work, as the ceiling of an event loop of the proxy's own.
 # Needs nginx and wrk (apt-get install nginx wrk).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -15,10 +17,15 @@ trap cleanup EXIT
 
 "$(dirname "${BASH_SOURCE[0]}")/ensure-deps.sh" bench
 (cd "${root}" && go build -o "${work}/backend" ./hack/bench/backend && go build -o "${work}/proxy" ./hack/bench/proxy)
+[[ "${FLOOR:-0}" == 1 ]] && (cd "${root}" && go build -o "${work}/floor" ./hack/bench/floor)
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
 "${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 & pids+=($!)
 proxy_pid=$!
+if [[ "${FLOOR:-0}" == 1 ]]; then
+  "${work}/floor" -listen 127.0.0.1:19004 -backend 127.0.0.1:19001 & pids+=($!)
+  floor_pid=$!
+fi
 cat > "${work}/nginx.conf" <<NGINX
 worker_processes auto;
 pid ${work}/nginx.pid;
@@ -65,6 +72,7 @@ rounds="${ROUNDS:-3}"
 for _ in $(seq "${rounds}"); do
   measure nginx http://127.0.0.1:19003/ "${nginx_workers[@]}" >> "${work}/results"
   measure proxy http://127.0.0.1:19002/ "${proxy_pid}" >> "${work}/results"
+  if [[ "${FLOOR:-0}" == 1 ]]; then measure floor http://127.0.0.1:19004/ "${floor_pid}" >> "${work}/results"; fi
 done
 nginx_rps=$(awk '$1 == "nginx" { print $2 }' "${work}/results" | median)
 proxy_rps=$(awk '$1 == "proxy" { print $2 }' "${work}/results" | median)
@@ -79,3 +87,11 @@ printf '%-20s %12s %8sms %16s\n' "nginx" "${nginx_rps}" "${nginx_ms}" "${nginx_c
 printf '%-20s %12s %8sms %16s\n' "tenantroute proxy" "${proxy_rps}" "${proxy_ms}" "${proxy_cpu}"
 awk -v a="${proxy_rps}" -v b="${nginx_rps}" -v c="${proxy_ms}" -v d="${nginx_ms}" -v e="${proxy_cpu}" -v f="${nginx_cpu}" \
   'BEGIN { printf "throughput ratio proxy/nginx: %.2fx   p99 ratio proxy/nginx: %.2fx   CPU per request proxy/nginx: %.2fx\n", a/b, c/d, e/f }'
+if [[ "${FLOOR:-0}" == 1 ]]; then
+  floor_rps=$(awk '$1 == "floor" { print $2 }' "${work}/results" | median)
+  floor_ms=$(awk '$1 == "floor" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
+  floor_cpu=$(awk '$1 == "floor" { print $4 }' "${work}/results" | median)
+  printf '%-20s %12s %8sms %16s\n' "epoll floor" "${floor_rps}" "${floor_ms}" "${floor_cpu}"
+  awk -v a="${floor_rps}" -v b="${nginx_rps}" -v c="${floor_ms}" -v d="${nginx_ms}" -v e="${floor_cpu}" -v f="${nginx_cpu}" \
+    'BEGIN { printf "floor/nginx: throughput %.2fx   p99 %.2fx   CPU per request %.2fx\n", a/b, c/d, e/f }'
+fi

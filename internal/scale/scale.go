@@ -10,8 +10,10 @@ package scale
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,8 +27,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/harness"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
+	"github.com/tenantroute/tenantroute-operator/providers/route53"
 )
 
 // Config of one run.
@@ -59,11 +65,17 @@ type Writes struct {
 	// counts a full listing of every zone.
 	CloudflareLists int
 	Route53Lists    int
+	// OtherCalls are the provider calls that neither list nor write, by endpoint.
+	OtherCalls map[string]int
 }
 
 func (w Writes) String() string {
-	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages, route53 %d with %d list pages)",
-		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.CloudflareLists, w.Route53Calls, w.Route53Lists)
+	other := ""
+	for _, e := range slices.Sorted(maps.Keys(w.OtherCalls)) {
+		other += fmt.Sprintf(", %s %d", e, w.OtherCalls[e])
+	}
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages, route53 %d with %d list pages%s)",
+		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.CloudflareLists, w.Route53Calls, w.Route53Lists, other)
 }
 
 // Report of one run; times are from the manager's start, or from the edge going down.
@@ -81,18 +93,24 @@ type Report struct {
 	CPUSeconds        float64
 	CloudflareMinimum int
 	Route53Minimum    int
+	// Provider calls until the records converged (the Writes count a whole phase,
+	// which lasts until every status is written).
+	SyncCallsToRecords, FailoverCallsToRecords [2]int // cloudflare, route53
+	FailoverMinimum                            [2]int
 }
 
 func (r Report) String() string {
 	return fmt.Sprintf(`%d TenantRoutes over %d zones
   initial sync: records converged %.1f s, all Ready %.1f s; %s
-    provider calls against the minimum: cloudflare %d / %d, route53 %d / %d
+    provider calls until the records converged: cloudflare %d, route53 %d; minimum %d, %d
   failover of every route: records moved %.1f s, statuses updated %.1f s; %s
+    provider calls until the records moved: cloudflare %d, route53 %d; minimum %d, %d
   steady state, %s: %s
   manager: peak RSS %.0f MiB, CPU %.1f s`,
 		r.Routes, r.Zones, r.RecordsConverged.Seconds(), r.AllReady.Seconds(), r.Sync,
-		r.Sync.CloudflareCalls, r.CloudflareMinimum, r.Sync.Route53Calls, r.Route53Minimum,
-		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), r.Failover, r.SteadyFor, r.Steady,
+		r.SyncCallsToRecords[0], r.SyncCallsToRecords[1], r.CloudflareMinimum, r.Route53Minimum,
+		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), r.Failover,
+		r.FailoverCallsToRecords[0], r.FailoverCallsToRecords[1], r.FailoverMinimum[0], r.FailoverMinimum[1], r.SteadyFor, r.Steady,
 		r.PeakRSSMiB, r.CPUSeconds)
 }
 
@@ -160,12 +178,8 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := w.CreateRoutes(ctx, r.names, r.host); err != nil {
 		return rep, err
 	}
-	perZone := (cfg.Routes + cfg.Zones - 1) / cfg.Zones
-	// Cloudflare: a listing and batches of 200 per zone. Route53: a listing per zone and
-	// change batches of 1,000 records, each create an UPSERT of the set and of its
-	// ownership record, an UPSERT counting twice.
-	rep.CloudflareMinimum = cfg.Zones * (1 + (perZone+199)/200)
-	rep.Route53Minimum = cfg.Zones * (1 + (4*perZone+999)/1000)
+	rep.CloudflareMinimum, rep.Route53Minimum = r.minimumCalls(false)
+	rep.FailoverMinimum[0], rep.FailoverMinimum[1] = r.minimumCalls(true)
 
 	r.mgr = &harness.Manager{Binary: cfg.Manager, Kubeconfig: w.Kubeconfig, Dir: cfg.Dir}
 	before, err := r.apiWrites(ctx)
@@ -183,7 +197,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	defer func() { rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID()) }()
 
 	cfg.Log("manager started: waiting for the records and the statuses")
-	if rep.RecordsConverged, rep.AllReady, err = r.waitBoth(ctx, start, r.onEdge(false), func(tr *v1.TenantRoute) bool {
+	if rep.RecordsConverged, rep.AllReady, err = r.waitBoth(ctx, start, r.onEdge(false), &rep.SyncCallsToRecords, func(tr *v1.TenantRoute) bool {
 		return tr.Status.ObservedGeneration == tr.Generation && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
 	}); err != nil {
 		return rep, err
@@ -214,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	w.R53.ResetCounters()
 	down := time.Now()
 	w.CFUp.Store(false)
-	if rep.FailoverRecords, rep.FailoverStatus, err = r.waitBoth(ctx, down, r.onEdge(true), func(tr *v1.TenantRoute) bool {
+	if rep.FailoverRecords, rep.FailoverStatus, err = r.waitBoth(ctx, down, r.onEdge(true), &rep.FailoverCallsToRecords, func(tr *v1.TenantRoute) bool {
 		return tr.Status.ActiveEdge == harness.AWSEdge && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
 	}); err != nil {
 		return rep, err
@@ -228,8 +242,8 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 }
 
 // waitBoth waits until records(...) and every route passes routeOK, and returns when
-// each first held, from t0.
-func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, routeOK func(*v1.TenantRoute) bool) (time.Duration, time.Duration, error) {
+// each first held, from t0; calls gets the provider calls made until records held.
+func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, calls *[2]int, routeOK func(*v1.TenantRoute) bool) (time.Duration, time.Duration, error) {
 	var recordsAt, routesAt time.Duration
 	deadline := t0.Add(r.cfg.Timeout)
 	lastList := time.Time{}
@@ -239,6 +253,11 @@ func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, r
 		}
 		if recordsAt == 0 && records() {
 			recordsAt = time.Since(t0)
+			for i, counters := range []map[string]int{r.w.CF.Counters(), r.w.R53.Counters()} {
+				for _, n := range counters {
+					calls[i] += n
+				}
+			}
 		}
 		// From the watch's cache: no work for the API server.
 		if routesAt == 0 && time.Since(lastList) > 500*time.Millisecond {
@@ -364,6 +383,17 @@ func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error)
 	}
 	w.ProviderWrites = cf["POST /zones/{id}/dns_records/batch"] + r53["POST /2013-04-01/hostedzone/{Id}/rrset"]
 	w.CloudflareLists, w.Route53Lists = cf["GET /zones/{id}/dns_records"], r53["GET /2013-04-01/hostedzone/{Id}/rrset"]
+	for name, counters := range map[string]map[string]int{"cloudflare": cf, "route53": r53} {
+		for e, n := range counters {
+			if strings.HasSuffix(e, "/dns_records") || strings.HasSuffix(e, "/dns_records/batch") || strings.HasSuffix(e, "/rrset") {
+				continue
+			}
+			if w.OtherCalls == nil {
+				w.OtherCalls = map[string]int{}
+			}
+			w.OtherCalls[name+" "+e] += n
+		}
+	}
 	return w, nil
 }
 
@@ -393,4 +423,53 @@ func usage(pid int) (peakMiB, cpuSeconds float64) {
 		}
 	}
 	return peakMiB, cpuSeconds
+}
+
+// minimumCalls is the fewest calls each provider can take to write every route's
+// record: for the sync, a lookup and a listing of each empty zone and the creates; for
+// a failover, the updates to the AWS edge (the zones are known and cached). The changes are packed into full
+// batches by the providers' own costs and limits, as their batchers pack them: by
+// Route53's 32,000 characters of values, an ownership record with each create, an
+// UPSERT counting twice, rather than by its 1,000 records alone.
+func (r *run) minimumCalls(failover bool) (cloudflareCalls, route53Calls int) {
+	type costs interface {
+		BatchLimit() providers.Cost
+		ChangeCost(providers.Change) providers.Cost
+	}
+	perZone := map[string][]providers.Change{}
+	for _, n := range r.names {
+		h := r.host(n)
+		zone := strings.TrimPrefix(h, n+".")
+		rec := providers.Record{Name: h, Type: providers.TypeCNAME, TTL: 60, Values: []string{h + ".cdn.cloudflare.net"},
+			Owner: controllers.OwnerKey("default", harness.RoutesNamespace, n)}
+		c := providers.Change{Action: providers.Create, New: &rec}
+		if failover {
+			moved := rec
+			moved.Values = []string{harness.AWSEdgeTarget}
+			c = providers.Change{Action: providers.Update, Old: &rec, New: &moved}
+		}
+		perZone[zone] = append(perZone[zone], c)
+	}
+	count := func(p costs) int {
+		calls := 0
+		for _, changes := range perZone {
+			if !failover {
+				calls += 2 // the zone's lookup and its listing
+			}
+			limit, cur := p.BatchLimit(), providers.Cost{}
+			batches := 0
+			for _, c := range changes {
+				cc := p.ChangeCost(c)
+				next := providers.Cost{Records: cur.Records + cc.Records, Chars: cur.Chars + cc.Chars}
+				if batches == 0 || (limit.Records > 0 && next.Records > limit.Records) || (limit.Chars > 0 && next.Chars > limit.Chars) {
+					batches++
+					next = cc
+				}
+				cur = next
+			}
+			calls += batches
+		}
+		return calls
+	}
+	return count(cloudflare.New(cloudflare.Options{})), count(&route53.Provider{})
 }
