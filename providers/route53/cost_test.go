@@ -14,9 +14,9 @@ import (
 
 // wireCost counts a change from the wire changes it sends, as ChangeCost did before it
 // stopped building them.
-func wireCost(c providers.Change) providers.Cost {
+func wireCost(c providers.Change, upsertRegistry bool) providers.Cost {
 	var cost providers.Cost
-	for _, wc := range wireChanges(c) {
+	for _, wc := range wireChanges(c, upsertRegistry) {
 		weight := 1
 		if wc.Action == types.ChangeActionUpsert {
 			weight = 2
@@ -30,8 +30,9 @@ func wireCost(c providers.Change) providers.Cost {
 }
 
 // TestChangeCostIsWhatIsSent: the cost counted without building the wire changes
-// equals the cost of the wire changes, for every action and for TXT values that need
-// escaping and splitting into 255-byte strings.
+// equals the cost of the wire changes, for every action, with the registry record
+// created or upserted, and for TXT values that need escaping and splitting into
+// 255-byte strings.
 func TestChangeCostIsWhatIsSent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	value := func() string {
@@ -41,7 +42,6 @@ func TestChangeCostIsWhatIsSent(t *testing.T) {
 		}
 		return b.String()
 	}
-	p := &Provider{}
 	for i := range 2000 {
 		typ := []string{providers.TypeA, providers.TypeCNAME, providers.TypeTXT}[i%3]
 		r := providers.Record{Name: fmt.Sprintf("h%d.example.com", i), Type: typ, TTL: 60, Owner: value()}
@@ -51,8 +51,10 @@ func TestChangeCostIsWhatIsSent(t *testing.T) {
 		old := r
 		old.Values = []string{value()}
 		for _, c := range []providers.Change{{Action: providers.Create, New: &r}, {Action: providers.Update, Old: &old, New: &r}, {Action: providers.Delete, Old: &r}} {
-			if got, want := p.ChangeCost(c), wireCost(c); got != want {
-				t.Fatalf("%s of %+v: cost %+v, want %+v (what is sent)", c.Action, r, got, want)
+			for _, upsert := range []bool{false, true} {
+				if got, want := changeCost(c, upsert), wireCost(c, upsert); got != want {
+					t.Fatalf("%s of %+v (registry upserted: %v): cost %+v, want %+v (what is sent)", c.Action, r, upsert, got, want)
+				}
 			}
 		}
 	}

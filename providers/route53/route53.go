@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -70,6 +71,12 @@ type Options struct {
 type Provider struct {
 	name   string
 	client *r53.Client
+
+	mu sync.Mutex
+	// leftover holds, per zone ID, the keys whose registry record the zone's last
+	// listing found without its set (the set deleted by hand): a create there must
+	// UPSERT the registry record, where everywhere else it CREATEs it at half the cost.
+	leftover map[string]map[providers.Key]bool
 }
 
 // New returns the provider for one account. Every request, SDK retries included, goes
@@ -118,7 +125,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 			})
 		})
 	})
-	return &Provider{name: o.Name, client: client}, nil
+	return &Provider{name: o.Name, client: client, leftover: map[string]map[providers.Key]bool{}}, nil
 }
 
 // Name implements providers.Provider.
@@ -182,8 +189,17 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 		records = append(records, r)
 	}
 	for i := range records {
-		records[i].Owner = owners[records[i].Key()]
+		k := records[i].Key()
+		records[i].Owner = owners[k]
+		delete(owners, k)
 	}
+	leftover := make(map[providers.Key]bool, len(owners))
+	for k := range owners {
+		leftover[k] = true
+	}
+	p.mu.Lock()
+	p.leftover[zone.ID] = leftover
+	p.mu.Unlock()
 	return records, nil
 }
 
@@ -251,11 +267,22 @@ func (p *Provider) Normalize(r providers.Record) providers.Record {
 // within Route53's limits.
 func (p *Provider) ApplyChanges(ctx context.Context, zone providers.Zone, changes []providers.Change) (providers.Result, error) {
 	ctx = providers.WithOperation(ctx, "ApplyChanges")
+	p.mu.Lock()
+	leftover := p.leftover[zone.ID]
+	p.mu.Unlock()
+	upsert := func(c providers.Change) bool { return c.Action == providers.Create && leftover[c.New.Key()] }
 	b := providers.Batcher{
 		Limit: batchLimit,
-		Cost:  p.ChangeCost,
+		Cost:  func(c providers.Change) providers.Cost { return changeCost(c, upsert(c)) },
 		Send: func(ctx context.Context, batch []providers.Change) ([]providers.Change, error) {
-			return p.send(ctx, zone, batch)
+			var wire []types.Change
+			for _, c := range batch {
+				wire = append(wire, wireChanges(c, upsert(c))...)
+			}
+			if err := p.send(ctx, zone, wire); err != nil {
+				return nil, err
+			}
+			return batch, nil
 		},
 	}
 	return b.Apply(ctx, changes)
@@ -267,12 +294,14 @@ var batchLimit = providers.Cost{Records: MaxRecords, Chars: MaxChars}
 func (p *Provider) BatchLimit() providers.Cost { return batchLimit }
 
 // ChangeCost is what a change costs against BatchLimit, registry record included:
-// resource records and characters of values, an UPSERT counting twice.
-func (p *Provider) ChangeCost(c providers.Change) providers.Cost {
-	// Counted as wireChanges would send it, without building it (it was 9% of the
-	// manager's CPU in a 10,000-route sync): a create sends the set and UPSERTs its
-	// registry record, an update UPSERTs the set, a delete deletes both; an UPSERT
-	// counts twice.
+// resource records and characters of values, an UPSERT counting twice. A create
+// where a registry record was left behind costs more (see wireChanges); batches are
+// cut with that, this is the cost everywhere else.
+func (p *Provider) ChangeCost(c providers.Change) providers.Cost { return changeCost(c, false) }
+
+// changeCost counts a change as wireChanges sends it, without building it (building
+// it was 9% of the manager's CPU in a 10,000-route sync).
+func changeCost(c providers.Change, upsertRegistry bool) providers.Cost {
 	var cost providers.Cost
 	add := func(r providers.Record, weight int) {
 		for _, v := range r.Values {
@@ -287,7 +316,11 @@ func (p *Provider) ChangeCost(c providers.Change) providers.Cost {
 	switch c.Action {
 	case providers.Create:
 		add(*c.New, 1)
-		registry(*c.New, 2)
+		if upsertRegistry {
+			registry(*c.New, 2)
+		} else {
+			registry(*c.New, 1)
+		}
 	case providers.Update:
 		add(*c.New, 2)
 	default:
@@ -309,15 +342,24 @@ func wireValueLen(typ, v string) int {
 }
 
 // wireChanges are the Route53 changes of one record-set change, registry included.
-// Updates are UPSERTs of the set (its owner does not change); creates UPSERT the
-// registry record, so that a registry record left by a set someone deleted by hand
-// does not block it.
-func wireChanges(c providers.Change) []types.Change {
+// Updates are UPSERTs of the set (its owner does not change). Creates CREATE both the
+// set and its registry record: the registry record is most of a create's characters,
+// and an UPSERT counts twice against a batch's 32,000, so CREATE fits almost twice as
+// many creates in a request. Where the last listing found a registry record left
+// behind by a set someone deleted by hand, upsertRegistry UPSERTs it instead, so that
+// it does not block the set. Should such a record appear between two listings, the
+// batch is rejected as it would be for a set someone created meanwhile, and the zone's
+// next listing finds it.
+func wireChanges(c providers.Change, upsertRegistry bool) []types.Change {
 	switch c.Action {
 	case providers.Create:
+		registryAction := types.ChangeActionCreate
+		if upsertRegistry {
+			registryAction = types.ChangeActionUpsert
+		}
 		return []types.Change{
 			{Action: types.ChangeActionCreate, ResourceRecordSet: toSet(*c.New)},
-			{Action: types.ChangeActionUpsert, ResourceRecordSet: registrySet(*c.New)},
+			{Action: registryAction, ResourceRecordSet: registrySet(*c.New)},
 		}
 	case providers.Update:
 		return []types.Change{{Action: types.ChangeActionUpsert, ResourceRecordSet: toSet(*c.New)}}
@@ -350,11 +392,7 @@ func registrySet(r providers.Record) *types.ResourceRecordSet {
 	})
 }
 
-func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []providers.Change) ([]providers.Change, error) {
-	var wire []types.Change
-	for _, c := range batch {
-		wire = append(wire, wireChanges(c)...)
-	}
+func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.Change) error {
 	_, err := p.client.ChangeResourceRecordSets(ctx, &r53.ChangeResourceRecordSetsInput{
 		HostedZoneId: aws.String(zone.ID),
 		ChangeBatch:  &types.ChangeBatch{Changes: wire, Comment: aws.String("tenantroute-operator")},
@@ -364,11 +402,11 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 		var invalid *types.InvalidChangeBatch
 		var input *types.InvalidInput
 		if errors.As(err, &invalid) || errors.As(err, &input) {
-			return nil, &providers.RejectedError{Err: err}
+			return &providers.RejectedError{Err: err}
 		}
-		return nil, err
+		return err
 	}
-	return batch, nil
+	return nil
 }
 
 // classify wraps an SDK error as a providers.Error: throttling, 5xx and network

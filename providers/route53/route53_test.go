@@ -2,7 +2,9 @@ package route53_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -75,5 +77,70 @@ func BenchmarkApply20000Records(b *testing.B) {
 		}
 		p := env.Provider.(*route53.Provider)
 		providertest.BenchApply(b, env, 20000, calls, p.BatchLimit(), p.ChangeCost)
+	}
+}
+
+// TestARegistryRecordLeftBehindDoesNotBlockACreate: someone deleted a set by hand and
+// left its registry record; the name is free, and a create there takes it.
+func TestARegistryRecordLeftBehindDoesNotBlockACreate(t *testing.T) {
+	env, emu := newEnv(t)
+	ctx := context.Background()
+	z, err := env.Provider.ResolveZone(ctx, providers.Zone{Name: providertest.ZoneName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "left." + providertest.ZoneName
+	if err := emu.AddRecordSet(env.ZoneID, emulator.RecordSet{
+		Name: "_tenantroute-a." + name, Type: providers.TypeTXT, TTL: 300,
+		Values: []string{providers.QuoteTXT("heritage=tenantroute,owner=gone")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := providers.Record{Name: name, Type: providers.TypeA, TTL: 60, Values: []string{"192.0.2.7"}}
+	_, res := providertest.Converge(t, env.Provider, z, "tenant-a", []providers.Record{want})
+	if len(res.Failed) > 0 {
+		t.Fatalf("the create was rejected: %v", res.Failed[0].Err)
+	}
+	recs, err := env.Provider.ListRecords(ctx, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Key() == want.Key() {
+			if r.Owner != "tenant-a" {
+				t.Fatalf("%s is owned by %q, want tenant-a", name, r.Owner)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s was not created: %v", name, recs)
+}
+
+// TestCreatesAreCountedOnce: a create's registry record is most of its characters;
+// sent as a CREATE it counts once against a batch's 32,000 characters, not twice as an
+// UPSERT would, so 1,000 creates with 80-byte owners take 4 requests (118 characters
+// each), not 8 (227 each).
+func TestCreatesAreCountedOnce(t *testing.T) {
+	env, _ := newEnv(t)
+	z, err := env.Provider.ResolveZone(context.Background(), providers.Zone{Name: providertest.ZoneName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := strings.Repeat("o", 80)
+	var desired []providers.Record
+	for i := range 1000 {
+		desired = append(desired, providers.Record{
+			Name: fmt.Sprintf("h%04d.%s", i, providertest.ZoneName), Type: providers.TypeA, TTL: 60, Values: []string{"192.0.2.1"},
+		})
+	}
+	before := env.WriteCalls()
+	_, res := providertest.Converge(t, env.Provider, z, owner, desired)
+	if len(res.Applied) != 1000 || len(res.Failed) > 0 {
+		t.Fatalf("applied %d, failed %d of 1000", len(res.Applied), len(res.Failed))
+	}
+	// 1,000 x (9 for the address + 2+27+80 for the quoted registry value) = 118,000
+	// characters: 4 requests of at most 32,000.
+	if got := env.WriteCalls() - before; got != 4 {
+		t.Fatalf("1000 creates took %d requests, want 4", got)
 	}
 }
