@@ -65,6 +65,9 @@ type Writes struct {
 	// counts a full listing of every zone.
 	CloudflareLists int
 	Route53Lists    int
+	// Of the calls, those the provider's rate limit refused (each retried).
+	CloudflareThrottled int
+	Route53Throttled    int
 	// OtherCalls are the provider calls that neither list nor write, by endpoint.
 	OtherCalls map[string]int
 }
@@ -74,8 +77,9 @@ func (w Writes) String() string {
 	for _, e := range slices.Sorted(maps.Keys(w.OtherCalls)) {
 		other += fmt.Sprintf(", %s %d", e, w.OtherCalls[e])
 	}
-	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages, route53 %d with %d list pages%s)",
-		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites, w.CloudflareCalls, w.CloudflareLists, w.Route53Calls, w.Route53Lists, other)
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages and %d throttled, route53 %d with %d list pages and %d throttled%s)",
+		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites,
+		w.CloudflareCalls, w.CloudflareLists, w.CloudflareThrottled, w.Route53Calls, w.Route53Lists, w.Route53Throttled, other)
 }
 
 // Report of one run; times are from the manager's start, or from the edge going down.
@@ -383,6 +387,7 @@ func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error)
 	}
 	w.ProviderWrites = cf["POST /zones/{id}/dns_records/batch"] + r53["POST /2013-04-01/hostedzone/{Id}/rrset"]
 	w.CloudflareLists, w.Route53Lists = cf["GET /zones/{id}/dns_records"], r53["GET /2013-04-01/hostedzone/{Id}/rrset"]
+	w.CloudflareThrottled, w.Route53Throttled = r.w.CF.Throttled(), r.w.R53.Throttled()
 	for name, counters := range map[string]map[string]int{"cloudflare": cf, "route53": r53} {
 		for e, n := range counters {
 			if strings.HasSuffix(e, "/dns_records") || strings.HasSuffix(e, "/dns_records/batch") || strings.HasSuffix(e, "/rrset") {

@@ -63,6 +63,8 @@ type Kit struct {
 	faults   Faults
 	counters map[string]int
 	windows  map[string]*window
+	// throttled counts the requests the rate limit refused (also in counters).
+	throttled int
 
 	// Limit and Window are the real rate limit per credential; Limit 0 disables it.
 	Limit  int
@@ -117,6 +119,14 @@ func (k *Kit) ResetCounters() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.counters = nil
+	k.throttled = 0
+}
+
+// Throttled returns how many of the counted requests the rate limit refused.
+func (k *Kit) Throttled() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.throttled
 }
 
 // Inject applies latency and decides the injected fault for one API request.
@@ -169,6 +179,7 @@ func (k *Kit) Admit(credential string, now time.Time) time.Duration {
 	}
 	w.times = w.times[cut:]
 	if len(w.times) >= k.Limit {
+		k.throttled++
 		return w.times[0].Add(k.Window).Sub(now)
 	}
 	w.times = append(w.times, now)
