@@ -14,60 +14,117 @@ import (
 // Provider quotas are windows ("1200 requests per 5 minutes"), not token buckets: a
 // token bucket with the same average rate lets a full burst through on top of the
 // window's worth and then draws 429s for the rest of the window, so the window is
-// tracked exactly with the send times of the last Limit requests.
+// tracked exactly, one slot per request of the last Limit.
+//
+// A request counts from when it is sent until its answer came back (Done): the
+// provider counts it at some moment in between, when its bytes have arrived, and
+// that moment moves with the request's size and the network. Counted from the send
+// alone, a small request sent exactly a window after a large one can reach the
+// provider inside the large one's window and be refused (Route53's 5 requests a
+// second were refused about one call in eight that way).
 type Limiter struct {
 	limit  int
 	window time.Duration
 
 	mu          sync.Mutex
-	sent        []time.Time // ring buffer of the last limit send times
-	next        int
+	slots       []slot
+	freed       chan struct{} // closed and replaced when a request in flight is done
 	pausedUntil time.Time
+}
+
+// slot is one of the last limit requests.
+type slot struct {
+	at       time.Time // when it was sent, then when its answer came
+	inFlight bool
+	id       uint64 // tells a reused slot from the request that held it before
+}
+
+// Slot is a request counted by Wait, released by Done.
+type Slot struct {
+	l   *Limiter
+	idx int
+	id  uint64
 }
 
 // NewLimiter allows limit requests per window; limit <= 0 means unlimited.
 func NewLimiter(limit int, window time.Duration) *Limiter {
-	return &Limiter{limit: limit, window: window}
+	return &Limiter{limit: limit, window: window, freed: make(chan struct{})}
 }
 
-// Wait blocks until a request may be sent, and counts it as sent.
-func (l *Limiter) Wait(ctx context.Context) error {
+// Wait blocks until a request may be sent and counts it as sent; the caller calls
+// Done on the Slot when the request's answer (or its failure) came back.
+func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	if l == nil || l.limit <= 0 {
-		return ctx.Err()
+		return Slot{}, ctx.Err()
 	}
 	for {
-		wait := l.reserve(time.Now())
-		if wait == 0 {
-			return nil
+		s, wait, freed := l.reserve(time.Now())
+		if wait == 0 && freed == nil {
+			return s, nil
 		}
-		timer := time.NewTimer(wait)
+		if freed == nil {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Slot{}, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
+			return Slot{}, ctx.Err()
+		case <-freed:
 		}
 	}
 }
 
-// reserve counts a request sent at now and returns 0, or returns how long to wait.
-func (l *Limiter) reserve(now time.Time) time.Duration {
+// reserve counts a request sent at now, or returns how long to wait, or, when every
+// slot is held by a request in flight, a channel closed when one is done.
+func (l *Limiter) reserve(now time.Time) (Slot, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
-		return l.pausedUntil.Sub(now)
+		return Slot{}, l.pausedUntil.Sub(now), nil
 	}
-	if len(l.sent) < l.limit {
-		l.sent = append(l.sent, now)
-		return 0
+	if len(l.slots) < l.limit {
+		l.slots = append(l.slots, slot{at: now, inFlight: true, id: 1})
+		return Slot{l: l, idx: len(l.slots) - 1, id: 1}, 0, nil
 	}
-	oldest := l.sent[l.next]
-	if free := oldest.Add(l.window); now.Before(free) {
-		return free.Sub(now)
+	best := -1
+	for i, s := range l.slots {
+		if !s.inFlight && (best < 0 || s.at.Before(l.slots[best].at)) {
+			best = i
+		}
 	}
-	l.sent[l.next] = now
-	l.next = (l.next + 1) % l.limit
-	return 0
+	if best < 0 {
+		return Slot{}, 0, l.freed
+	}
+	if free := l.slots[best].at.Add(l.window); now.Before(free) {
+		return Slot{}, free.Sub(now), nil
+	}
+	s := &l.slots[best]
+	s.at, s.inFlight = now, true
+	s.id++
+	return Slot{l: l, idx: best, id: s.id}, 0, nil
+}
+
+// Done counts the request until now, when its answer came back.
+func (s Slot) Done() { s.done(time.Now()) }
+
+func (s Slot) done(now time.Time) {
+	l := s.l
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sl := &l.slots[s.idx]; sl.id == s.id && sl.inFlight {
+		sl.at, sl.inFlight = now, false
+		close(l.freed)
+		l.freed = make(chan struct{})
+	}
 }
 
 // Pause holds every request for d, as a provider's Retry-After asks.
@@ -95,10 +152,13 @@ type LimitedTransport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if err := t.Limiter.Wait(req.Context()); err != nil {
+	slot, err := t.Limiter.Wait(req.Context())
+	if err != nil {
 		return nil, err
 	}
 	resp, err := t.Base.RoundTrip(req)
+	// The answer's headers are in: the provider has counted the request.
+	slot.Done()
 	if t.Observe != nil {
 		code := "network"
 		if err == nil {

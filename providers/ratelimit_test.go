@@ -3,8 +3,13 @@ package providers
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
 
 func TestLimiterNeverExceedsTheWindow(t *testing.T) {
@@ -13,10 +18,12 @@ func TestLimiterNeverExceedsTheWindow(t *testing.T) {
 	var sent []time.Time
 	now := start
 	for len(sent) < 23 {
-		if wait := l.reserve(now); wait > 0 {
+		slot, wait, _ := l.reserve(now)
+		if wait > 0 {
 			now = now.Add(wait)
 			continue
 		}
+		slot.done(now) // answered at once
 		sent = append(sent, now)
 		now = now.Add(10 * time.Millisecond)
 	}
@@ -37,11 +44,90 @@ func TestLimiterNeverExceedsTheWindow(t *testing.T) {
 	}
 }
 
+// TestLimiterCountsARequestUntilItsAnswer: the provider counts a request somewhere
+// between its send and its answer, so its slot is free a window after the answer, and
+// not before it while it is in flight.
+func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
+	l := NewLimiter(5, time.Second)
+	t0 := time.Unix(1000, 0)
+	var slots []Slot
+	for range 5 {
+		s, wait, freed := l.reserve(t0)
+		if wait != 0 || freed != nil {
+			t.Fatalf("the first five wait %v (%v)", wait, freed)
+		}
+		slots = append(slots, s)
+	}
+	_, wait, freed := l.reserve(t0.Add(2 * time.Second))
+	if wait != 0 || freed == nil {
+		t.Fatalf("with five requests in flight a sixth went out (wait %v)", wait)
+	}
+	for i, s := range slots {
+		s.done(t0.Add(200*time.Millisecond + time.Duration(i)*time.Millisecond))
+	}
+	select {
+	case <-freed:
+	default:
+		t.Fatal("an answer did not wake the requests waiting for a slot")
+	}
+	if _, wait, _ := l.reserve(t0.Add(time.Second)); wait != 200*time.Millisecond {
+		t.Fatalf("a window after the first send, a sixth waits %v, want 200ms (a window after the first answer)", wait)
+	}
+	if _, wait, freed := l.reserve(t0.Add(1200 * time.Millisecond)); wait != 0 || freed != nil {
+		t.Fatalf("a window after the first answer, a sixth still waits %v", wait)
+	}
+	// A slot's late Done (its request's slot already reused) changes nothing.
+	slots[0].done(t0.Add(time.Hour))
+	if _, wait, _ := l.reserve(t0.Add(1201 * time.Millisecond)); wait != 0 {
+		t.Fatalf("a stale Done held a slot: wait %v", wait)
+	}
+}
+
+// TestLimitedTransportIsNotRefusedForALateArrival: against a provider that counts a
+// request once its bytes are in (here: 150 ms after the first five were sent, as a
+// large body on a busy link), a sixth request sent a window after the first five's
+// sends would land inside their window and be refused; counted until their answers,
+// it is not.
+func TestLimitedTransportIsNotRefusedForALateArrival(t *testing.T) {
+	kit := &emulatorkit.Kit{Limit: 5, Window: time.Second}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 5 {
+			time.Sleep(150 * time.Millisecond)
+		}
+		if kit.Admit("account", time.Now()) > 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: &LimitedTransport{Base: http.DefaultTransport, Limiter: NewLimiter(5, time.Second)}}
+	var wg sync.WaitGroup
+	codes := make(chan int, 6)
+	for range 6 {
+		wg.Go(func() {
+			resp, err := client.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusOK {
+			t.Fatalf("a request was refused (%d): %d throttled", c, kit.Throttled())
+		}
+	}
+}
+
 func TestLimiterPause(t *testing.T) {
 	l := NewLimiter(100, time.Minute)
 	l.Pause(150 * time.Millisecond)
 	start := time.Now()
-	if err := l.Wait(context.Background()); err != nil {
+	if _, err := l.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited < 140*time.Millisecond {
@@ -50,7 +136,7 @@ func TestLimiterPause(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	l.Pause(time.Hour)
-	if err := l.Wait(ctx); err == nil {
+	if _, err := l.Wait(ctx); err == nil {
 		t.Error("Wait ignores its context")
 	}
 }
