@@ -155,24 +155,20 @@ func TestThousandRoutesInOneZone(t *testing.T) {
 	}
 }
 
-// minimumWrites is the batch-size bound: the total cost of creating the routes'
-// records divided by each provider's per-request limit.
+// minimumWrites is the fewest batches the routes' creates take in each provider,
+// packed by its own costs and limits as its batcher packs them.
 func minimumWrites(o *operator, n int) (int, int) {
 	cf := cloudflare.New(cloudflare.Options{})
 	r53, err := route53.New(context.Background(), route53.Options{AccessKeyID: "x", SecretAccessKey: "x"})
 	if err != nil {
 		o.t.Fatal(err)
 	}
-	var cfCost, r53Cost providers.Cost
+	var creates []providers.Change
 	for i := range n {
 		owner := controllers.OwnerKey(o.id, o.ns, fmt.Sprintf("r%04d", i))
 		rec := providers.Record{Name: hostname(i), Type: "CNAME", TTL: 60, Owner: owner, Values: []string{hostname(i) + ".cdn.cloudflare.net"}}
-		c := providers.Change{Action: providers.Create, New: &rec}
-		cfCost.Records += cf.ChangeCost(c).Records
-		rc := r53.ChangeCost(c)
-		r53Cost.Records, r53Cost.Chars = r53Cost.Records+rc.Records, r53Cost.Chars+rc.Chars
+		creates = append(creates, providers.Change{Action: providers.Create, New: &rec})
 	}
-	ceil := func(a, b int) int { return (a + b - 1) / b }
-	return ceil(cfCost.Records, cf.BatchLimit().Records),
-		max(ceil(r53Cost.Records, r53.BatchLimit().Records), ceil(r53Cost.Chars, r53.BatchLimit().Chars))
+	return providers.Batcher{Limit: cf.BatchLimit(), Cost: cf.ChangeCost}.Batches(creates),
+		providers.Batcher{Limit: r53.BatchLimit(), Cost: r53.ChangeCost}.Batches(creates)
 }

@@ -78,6 +78,10 @@ func (b Batcher) applyIsolating(ctx context.Context, units [][]Change, res *Resu
 	return b.applyIsolating(ctx, units[half:], res)
 }
 
+// Batches is how many requests Apply takes for changes that all succeed: the
+// fewest a provider can be sent them in, packed as Apply packs them.
+func (b Batcher) Batches(changes []Change) int { return len(b.split(groupByName(changes))) }
+
 // split packs name units into batches within the limit, keeping their order.
 func (b Batcher) split(units [][]Change) [][][]Change {
 	var batches [][][]Change

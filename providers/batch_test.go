@@ -33,6 +33,10 @@ func TestBatcherSplitsWithinLimitsAndKeepsNamesTogether(t *testing.T) {
 	if len(batches) != 5 {
 		t.Errorf("%d batches, want 5 of two names each", len(batches))
 	}
+	// 5 records a batch and names kept whole: 20 changes do not fit in 4 batches.
+	if n := b.Batches(changes); n != len(batches) {
+		t.Errorf("Batches says %d, Apply sent %d", n, len(batches))
+	}
 	for _, batch := range batches {
 		if len(batch) > 5 || len(batch)%2 != 0 || batch[0].Name() != batch[1].Name() || batch[0].Action != Delete {
 			t.Errorf("batch splits a name or exceeds the limit: %d changes", len(batch))

@@ -432,10 +432,10 @@ func usage(pid int) (peakMiB, cpuSeconds float64) {
 
 // minimumCalls is the fewest calls each provider can take to write every route's
 // record: for the sync, a lookup and a listing of each empty zone and the creates; for
-// a failover, the updates to the AWS edge (the zones are known and cached). The changes are packed into full
-// batches by the providers' own costs and limits, as their batchers pack them: by
-// Route53's 32,000 characters of values, an ownership record with each create, an
-// UPSERT counting twice, rather than by its 1,000 records alone.
+// a failover, the updates to the AWS edge (the zones are known and cached). The
+// changes are packed by the providers' own costs and limits, as their batchers pack
+// them: Route53's by its 32,000 characters of values (an ownership record with each
+// create, an UPSERT counting twice) as well as its 1,000 records.
 func (r *run) minimumCalls(failover bool) (cloudflareCalls, route53Calls int) {
 	type costs interface {
 		BatchLimit() providers.Cost
@@ -461,18 +461,7 @@ func (r *run) minimumCalls(failover bool) (cloudflareCalls, route53Calls int) {
 			if !failover {
 				calls += 2 // the zone's lookup and its listing
 			}
-			limit, cur := p.BatchLimit(), providers.Cost{}
-			batches := 0
-			for _, c := range changes {
-				cc := p.ChangeCost(c)
-				next := providers.Cost{Records: cur.Records + cc.Records, Chars: cur.Chars + cc.Chars}
-				if batches == 0 || (limit.Records > 0 && next.Records > limit.Records) || (limit.Chars > 0 && next.Chars > limit.Chars) {
-					batches++
-					next = cc
-				}
-				cur = next
-			}
-			calls += batches
+			calls += providers.Batcher{Limit: p.BatchLimit(), Cost: p.ChangeCost}.Batches(changes)
 		}
 		return calls
 	}
