@@ -156,9 +156,10 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Once the answer's headers are in (or the request failed), the provider has
+	// counted it; deferred, so that a panicking transport does not hold a slot forever.
+	defer slot.Done()
 	resp, err := t.Base.RoundTrip(req)
-	// The answer's headers are in: the provider has counted the request.
-	slot.Done()
 	if t.Observe != nil {
 		code := "network"
 		if err == nil {

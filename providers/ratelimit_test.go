@@ -76,10 +76,21 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 	if _, wait, freed := l.reserve(t0.Add(1200 * time.Millisecond)); wait != 0 || freed != nil {
 		t.Fatalf("a window after the first answer, a sixth still waits %v", wait)
 	}
-	// A slot's late Done (its request's slot already reused) changes nothing.
-	slots[0].done(t0.Add(time.Hour))
-	if _, wait, _ := l.reserve(t0.Add(1201 * time.Millisecond)); wait != 0 {
-		t.Fatalf("a stale Done held a slot: wait %v", wait)
+}
+
+// TestLimiterIgnoresAStaleDone: a second Done of a request whose slot went to another
+// request leaves that request counted in flight.
+func TestLimiterIgnoresAStaleDone(t *testing.T) {
+	l := NewLimiter(1, time.Second)
+	t0 := time.Unix(1000, 0)
+	first, _, _ := l.reserve(t0)
+	first.done(t0)
+	if _, wait, freed := l.reserve(t0.Add(2 * time.Second)); wait != 0 || freed != nil {
+		t.Fatalf("the slot is not free a window after its answer (wait %v)", wait)
+	}
+	first.done(t0.Add(2 * time.Second)) // stale: the slot is the second request's now
+	if _, _, freed := l.reserve(t0.Add(10 * time.Second)); freed == nil {
+		t.Fatal("a stale Done released the slot of the request in flight")
 	}
 }
 

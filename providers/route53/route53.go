@@ -177,10 +177,14 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 		sets = append(sets, page.ResourceRecordSets...)
 	}
 	owners := map[providers.Key]string{}
+	// Every record at a registry name, ours in form or not: a create beside one that
+	// is not ours in form (edited by hand) must overwrite it too, or be refused forever.
+	leftover := map[providers.Key]bool{}
 	var records []providers.Record
 	for _, s := range sets {
 		r := fromSet(s)
 		if owned, ok := registryTarget(r); ok {
+			leftover[owned] = true
 			if len(r.Values) == 1 && strings.HasPrefix(r.Values[0], registryValue) {
 				owners[owned] = strings.TrimPrefix(r.Values[0], registryValue)
 			}
@@ -191,11 +195,7 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 	for i := range records {
 		k := records[i].Key()
 		records[i].Owner = owners[k]
-		delete(owners, k)
-	}
-	leftover := make(map[providers.Key]bool, len(owners))
-	for k := range owners {
-		leftover[k] = true
+		delete(leftover, k)
 	}
 	p.mu.Lock()
 	p.leftover[zone.ID] = leftover

@@ -81,8 +81,18 @@ func BenchmarkApply20000Records(b *testing.B) {
 }
 
 // TestARegistryRecordLeftBehindDoesNotBlockACreate: someone deleted a set by hand and
-// left its registry record; the name is free, and a create there takes it.
+// left its registry record, as written or edited; the name is free, and a create
+// there takes it.
 func TestARegistryRecordLeftBehindDoesNotBlockACreate(t *testing.T) {
+	for name, value := range map[string]string{
+		"as written": "heritage=tenantroute,owner=gone",
+		"edited":     "kept by hand",
+	} {
+		t.Run(name, func(t *testing.T) { testRegistryRecordLeftBehind(t, value) })
+	}
+}
+
+func testRegistryRecordLeftBehind(t *testing.T, value string) {
 	env, emu := newEnv(t)
 	ctx := context.Background()
 	z, err := env.Provider.ResolveZone(ctx, providers.Zone{Name: providertest.ZoneName})
@@ -92,7 +102,7 @@ func TestARegistryRecordLeftBehindDoesNotBlockACreate(t *testing.T) {
 	name := "left." + providertest.ZoneName
 	if err := emu.AddRecordSet(env.ZoneID, emulator.RecordSet{
 		Name: "_tenantroute-a." + name, Type: providers.TypeTXT, TTL: 300,
-		Values: []string{providers.QuoteTXT("heritage=tenantroute,owner=gone")},
+		Values: []string{providers.QuoteTXT(value)},
 	}); err != nil {
 		t.Fatal(err)
 	}
