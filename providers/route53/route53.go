@@ -73,9 +73,10 @@ type Provider struct {
 	client *r53.Client
 
 	mu sync.Mutex
-	// leftover holds, per zone ID, the keys whose registry record the zone's last
-	// listing found without its set (the set deleted by hand): a create there must
-	// UPSERT the registry record, where everywhere else it CREATEs it at half the cost.
+	// leftover holds, per zone ID, the keys with a record at their registry name but no
+	// set in the zone's last listing (the set deleted by hand, the registry record
+	// perhaps edited): a create there must UPSERT the registry record, where everywhere
+	// else it CREATEs it at half the cost.
 	leftover map[string]map[providers.Key]bool
 }
 
@@ -345,9 +346,9 @@ func wireValueLen(typ, v string) int {
 // Updates are UPSERTs of the set (its owner does not change). Creates CREATE both the
 // set and its registry record: the registry record is most of a create's characters,
 // and an UPSERT counts twice against a batch's 32,000, so CREATE fits almost twice as
-// many creates in a request. Where the last listing found a registry record left
-// behind by a set someone deleted by hand, upsertRegistry UPSERTs it instead, so that
-// it does not block the set. Should such a record appear between two listings, the
+// many creates in a request. Where the last listing found a record at the registry
+// name without its set (left behind, perhaps edited, by hand), upsertRegistry UPSERTs
+// it instead, so that it does not block the set. Should such a record appear between two listings, the
 // batch is rejected as it would be for a set someone created meanwhile, and the zone's
 // next listing finds it.
 func wireChanges(c providers.Change, upsertRegistry bool) []types.Change {
