@@ -137,8 +137,9 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 	var keys []client.ObjectKey
 	var unclaimed []*v1.TenantRoute
 	moved := 0
+	reads := newPlanReads()
 	declare := func(route *v1.TenantRoute) {
-		plan, err := f.Routes.planRoute(ctx, route, true)
+		plan, err := f.Routes.planRoute(ctx, route, true, reads)
 		if err != nil {
 			return // its reconcile reports it, and moves it
 		}

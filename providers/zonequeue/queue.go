@@ -10,14 +10,14 @@ package zonequeue
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/go-logr/logr"
-	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
@@ -784,12 +784,49 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 	}
 }
 
+// hashRecords is FNV-1a over each record as "name|type|ttl|proxied|v1,v2\n". Every
+// desire is hashed, a failover's 100,000 routes in one pass, so it allocates nothing:
+// formatting each record into the hash was 2% of such a failover's allocation.
 func hashRecords(rs []providers.Record) uint64 {
-	h := fnv.New64a()
+	h := fnv64a(fnvOffset64)
+	var num [24]byte
 	for _, r := range rs {
-		fmt.Fprintf(h, "%s|%s|%d|%t|%s\n", r.Name, r.Type, r.TTL, r.Proxied, strings.Join(r.Values, ","))
+		h = h.str(r.Name).byte('|').str(r.Type).byte('|')
+		h = h.bytes(strconv.AppendInt(num[:0], r.TTL, 10)).byte('|')
+		h = h.bytes(strconv.AppendBool(num[:0], r.Proxied)).byte('|')
+		for i, v := range r.Values {
+			if i > 0 {
+				h = h.byte(',')
+			}
+			h = h.str(v)
+		}
+		h = h.byte('\n')
 	}
-	return h.Sum64()
+	return uint64(h)
+}
+
+// fnv64a is the state of an FNV-1a hash (hash/fnv's, without its allocation).
+type fnv64a uint64
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func (h fnv64a) byte(b byte) fnv64a { return (h ^ fnv64a(b)) * fnvPrime64 }
+
+func (h fnv64a) str(s string) fnv64a {
+	for i := 0; i < len(s); i++ {
+		h = h.byte(s[i])
+	}
+	return h
+}
+
+func (h fnv64a) bytes(b []byte) fnv64a {
+	for _, c := range b {
+		h = h.byte(c)
+	}
+	return h
 }
 
 // orphansIn returns the owners of records in the zone that the queue does not know,
