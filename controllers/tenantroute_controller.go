@@ -321,9 +321,9 @@ func (r *TenantRouteReconciler) checkRegion(ctx context.Context, route *v1.Tenan
 }
 
 // planReads keeps, for one pass that plans many routes, the EdgeProviders and Regions
-// they name. A failover plans every route of an edge at once, and reading each route's
-// EdgeProviders and Region from the cache again was a tenth of a 100,000-route
-// failover's allocation. Routes that name the same EdgeProviders share one map: no plan
+// they name. A failover plans every route of an edge at once; reading EdgeProviders and
+// Regions from the cache for every plan (this pass's and the reconciles') was 12% of
+// what a 100,000-route failover allocated in its first seconds. Routes that name the same EdgeProviders share one map: no plan
 // changes it. Not safe for concurrent use; nil reads from the cache every time.
 type planReads struct {
 	edges   map[string]map[string]*v1.EdgeProvider // by the route's EdgesOf, joined
