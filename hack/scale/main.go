@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,7 +43,11 @@ func main() {
 	cfg.Log = func(format string, args ...any) {
 		fmt.Printf("  [%4.0fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
 	}
-	rep, err := scale.Run(context.Background(), cfg)
+	// Interrupted or terminated, the run stops its manager, API server and etcd on the
+	// way out: left running, they shared the machine with the next run unnoticed.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := scale.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		fmt.Fprintf(os.Stderr, "so far: %s\n(manager logs in %s)\n", rep, cfg.Dir)
