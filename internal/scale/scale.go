@@ -70,6 +70,9 @@ type Writes struct {
 	Route53Throttled    int
 	// OtherCalls are the provider calls that neither list nor write, by endpoint.
 	OtherCalls map[string]int
+	// APIServerCPU is the CPU time the API server spent in the phase, in seconds: what
+	// bounds how fast statuses are written on a machine it shares.
+	APIServerCPU float64
 }
 
 func (w Writes) String() string {
@@ -77,9 +80,14 @@ func (w Writes) String() string {
 	for _, e := range slices.Sorted(maps.Keys(w.OtherCalls)) {
 		other += fmt.Sprintf(", %s %d", e, w.OtherCalls[e])
 	}
-	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages and %d throttled, route53 %d with %d list pages and %d throttled%s)",
+	perPatch := ""
+	if w.StatusPatches > 0 {
+		perPatch = fmt.Sprintf(", %.1f ms per status patch", w.APIServerCPU/float64(w.StatusPatches)*1e3)
+	}
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages and %d throttled, route53 %d with %d list pages and %d throttled%s); API server CPU %.1f s%s",
 		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites,
-		w.CloudflareCalls, w.CloudflareLists, w.CloudflareThrottled, w.Route53Calls, w.Route53Lists, w.Route53Throttled, other)
+		w.CloudflareCalls, w.CloudflareLists, w.CloudflareThrottled, w.Route53Calls, w.Route53Lists, w.Route53Throttled, other,
+		w.APIServerCPU, perPatch)
 }
 
 // Report of one run; times are from the manager's start, or from the edge going down.
@@ -319,9 +327,15 @@ func (r *run) onEdge(aws bool) func() bool {
 	}
 }
 
+// apiCounts are the API server's write requests by resource ("tenantroutes/status"),
+// and its CPU seconds under cpuKey.
 type apiCounts map[string]float64
 
-// apiWrites reads the API server's count of write requests by resource.
+// cpuKey holds the API server's process_cpu_seconds_total among the counts; no
+// resource name has an underscore.
+const cpuKey = "process_cpu_seconds_total"
+
+// apiWrites reads the API server's count of write requests by resource, and its CPU.
 func (r *run) apiWrites(ctx context.Context) (apiCounts, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.w.Config.Host, "/")+"/metrics", nil)
 	if err != nil {
@@ -338,6 +352,9 @@ func (r *run) apiWrites(ctx context.Context) (apiCounts, error) {
 		return nil, err
 	}
 	counts := apiCounts{}
+	for _, m := range families[cpuKey].GetMetric() {
+		counts[cpuKey] = m.GetCounter().GetValue()
+	}
 	for _, m := range families["apiserver_request_total"].GetMetric() {
 		l := map[string]string{}
 		for _, lp := range m.GetLabel() {
@@ -366,6 +383,8 @@ func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error)
 	for key, n := range after {
 		d := int(n - before[key])
 		switch key {
+		case cpuKey:
+			w.APIServerCPU = n - before[key]
 		case "tenantroutes/status":
 			w.StatusPatches += d
 		case "tenantroutes":
