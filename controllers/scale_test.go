@@ -133,8 +133,15 @@ func TestThousandRoutesInOneZone(t *testing.T) {
 	if cfLists > 1 || r53Lists > 1 {
 		t.Errorf("the zone was listed %d times in cloudflare and %d in route53, want once each", cfLists, r53Lists)
 	}
-	if float64(cfWrites) > 1.2*float64(cfMin) || float64(r53Writes) > 1.2*float64(r53Min) {
-		t.Errorf("writes above 1.2x the batch minimum: cloudflare %d/%d, route53 %d/%d", cfWrites, cfMin, r53Writes, r53Min)
+	// While desires stream in, a queue sends only full batches, but what it holds back
+	// goes out once the stream has lasted three times MaxWait, so that a trickle cannot
+	// delay records for long: on a machine loaded enough to stretch the stream past
+	// that (the other packages' tests beside this one), one partial batch per such
+	// window is the design, not waste.
+	aged := float64(converged / (3 * zonequeue.DefaultMaxWait))
+	if float64(cfWrites) > 1.2*float64(cfMin)+aged || float64(r53Writes) > 1.2*float64(r53Min)+aged {
+		t.Errorf("writes above 1.2x the batch minimum (plus %.0f for a stream that lasted %s): cloudflare %d/%d, route53 %d/%d",
+			aged, converged.Round(time.Second), cfWrites, cfMin, r53Writes, r53Min)
 	}
 
 	// Steady state: another pass over every route writes nothing.
