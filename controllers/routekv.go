@@ -107,7 +107,8 @@ func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRou
 // which hostnames it holds and since when (the tie-break between two holders). The
 // rest of its status (conditions, active edge, records, certificates) changes with
 // every failover and every report and leads nowhere else: at 100,000 routes each such
-// write was a reconcile and four round trips to Redis for entries that stayed the same.
+// write was a reconcile and three or four round trips to Redis for entries that stayed
+// the same.
 func leadsElsewhere() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		old, okOld := e.ObjectOld.(*v1.TenantRoute)

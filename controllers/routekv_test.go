@@ -59,9 +59,9 @@ func (l *commandLog) take() []string {
 
 // What the shared cache holds for a route follows its spec, its deletion and its
 // claims, not the rest of its status: a failover, which rewrites every route's status,
-// sends Redis nothing (at 100,000 routes it sent each route's entries again, one
-// reconcile and four round trips a route), while a claim granted by status alone (a
-// custom domain proven) still reaches Redis at once.
+// sends Redis nothing (it sent each route's entries again: a reconcile and three or
+// four round trips a route), while a claim granted by status alone (a custom domain
+// proven) still reaches Redis at once.
 func TestRedisIsWrittenOnlyWhenARouteLeadsElsewhere(t *testing.T) {
 	redisSrv := testenv.StartRedis(t)
 	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
