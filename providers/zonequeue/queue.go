@@ -11,6 +11,7 @@ package zonequeue
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +65,9 @@ type Options struct {
 	// MaxWait: ...or once the oldest pending desire has waited this long.
 	MaxWait time.Duration
 	// Resync lists the zone again and re-plans every owner this often: records changed
-	// behind the operator's back are repaired, released names are taken.
+	// behind the operator's back are repaired, released names are taken. The first
+	// resync comes at a random point of the period's second half, so that the zones
+	// of an account, which start together, are not all listed at once.
 	Resync time.Duration
 	// MaxBackoff caps the wait after a failed flush.
 	MaxBackoff time.Duration
@@ -289,7 +292,13 @@ func (q *Queue) touch() {
 func (q *Queue) Run(ctx context.Context) {
 	var nextAttempt time.Time // after a failed flush, no new attempt before this
 	backoff := time.Duration(0)
-	resync := time.NewTicker(q.opts.Resync)
+	// The queues of an account start together, with its EdgeProvider, and share its
+	// rate limit: resyncing in step, every zone of a 100,000-route account was listed
+	// at once (Route53: about 670 pages at 5 a second), and a failover that came then
+	// waited over two minutes for its writes. Each queue's first resync comes at a
+	// random point of the second half of the period, so the listings are spread out;
+	// the period after it is the configured one, which keeps them apart.
+	resync := time.NewTimer(q.opts.Resync/2 + rand.N(q.opts.Resync/2+1))
 	defer resync.Stop()
 	for {
 		wait := max(q.untilFlush(), time.Until(nextAttempt))
@@ -303,6 +312,7 @@ func (q *Queue) Run(ctx context.Context) {
 			continue
 		case <-resync.C:
 			timer.Stop()
+			resync.Reset(q.opts.Resync)
 			q.resyncAll()
 			continue
 		case <-timer.C:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -526,5 +527,69 @@ func TestExpediteWithNothingPendingLeavesTheNextBurstWhole(t *testing.T) {
 	defer mem.mu.Unlock()
 	if mem.applies != 1 {
 		t.Errorf("the burst of 200 went out in %d batches, want 1", mem.applies)
+	}
+}
+
+// timedMem notes when each listing started.
+type timedMem struct {
+	*memProvider
+	start time.Time
+	at    chan time.Duration
+}
+
+func (m timedMem) ListRecords(ctx context.Context, z providers.Zone) ([]providers.Record, error) {
+	select {
+	case m.at <- time.Since(m.start):
+	default:
+	}
+	return m.memProvider.ListRecords(ctx, z)
+}
+
+// The zones of an account start together and share its rate limit: their resyncs are
+// spread over the second half of the first period instead of listing every zone at
+// the same moment (which, at 100,000 routes, held a failover's Route53 writes behind
+// two minutes of listings), and come every period after that.
+func TestZonesResyncOutOfStep(t *testing.T) {
+	const zones, resync = 10, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	listings := make([]chan time.Duration, zones)
+	for i := range zones {
+		listings[i] = make(chan time.Duration, 8)
+		p := timedMem{memProvider: newMem(), start: start, at: listings[i]}
+		zone := fmt.Sprintf("z%d.example.com", i)
+		q := New(p, providers.Zone{Name: zone, ID: fmt.Sprint(i)}, Options{Resync: resync, Quiet: 10 * time.Millisecond}, func(string, Outcome) {})
+		q.Desire("o", cname("a."+zone))
+		go q.Run(ctx)
+	}
+	next := func(i int) time.Duration {
+		select {
+		case at := <-listings[i]:
+			return at
+		case <-time.After(5 * resync):
+			t.Fatalf("zone %d was not listed again within %s", i, 5*resync)
+			return 0
+		}
+	}
+	first, second := make([]time.Duration, zones), make([]time.Duration, zones)
+	for i := range zones {
+		next(i) // the first flush's
+		first[i] = next(i)
+		second[i] = next(i)
+	}
+	const slack = 300 * time.Millisecond // a loaded machine
+	for i := range zones {
+		if first[i] < resync/2 || first[i] > resync+slack {
+			t.Errorf("zone %d: first resync after %s, want within [%s, %s]", i, first[i], resync/2, resync)
+		}
+		if gap := second[i] - first[i]; gap < resync-slack/3 || gap > resync+slack {
+			t.Errorf("zone %d: resyncs %s apart, want the period (%s)", i, gap, resync)
+		}
+	}
+	// Ten uniform draws over half a second all within 50 ms of each other: about one
+	// chance in 200,000.
+	if spread := slices.Max(first) - slices.Min(first); spread < resync/20 {
+		t.Errorf("the zones' first resyncs all came within %s: %v", spread, first)
 	}
 }
