@@ -179,3 +179,43 @@ func TestFailoverEventsAreSummarised(t *testing.T) {
 		t.Errorf("tenantroute_events_skipped_total{FailedOver,failover} grew by %v; want 3", skipped)
 	}
 }
+
+// A failover whose records take longer than the pending grace to move (a provider
+// slow to answer, as one at its rate limit is) plans each route about as often as
+// its records move, not again every grace: while its queues are flushing, each says
+// how its flush went for the route when it ends.
+func TestAFailoverBehindABacklogPlansEachRouteOnce(t *testing.T) {
+	const routes = 400 // two Cloudflare batches, two Route53 change batches
+	o := newOperator(t, "slowfailover")
+	o.queue = zonequeue.Options{Quiet: 100 * time.Millisecond, MaxWait: 500 * time.Millisecond}
+	grace := o.queue.MaxWait + 5*time.Second // the operator's PendingGrace
+	o.createRoutes(routes)
+	o.start()
+	eventually(t, 60*time.Second, func() error { return o.allReady(routes) })
+
+	o.cf.SetFaults(emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: 7 * time.Second}})
+	o.r53.SetFaults(emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: 7 * time.Second}})
+	pending := map[string]string{"outcome": "pending"}
+	pendingBefore := metricValue(t, "tenantroute_reconcile_outcomes_total", pending)
+	start := time.Now()
+	o.cfUp.Store(false)
+	eventually(t, 2*time.Minute, func() error {
+		for i := range routes {
+			tr := o.get(fmt.Sprintf("r%04d", i))
+			if tr.Status.ActiveEdge != o.awsEdge || condition(tr.Status.Conditions, v1.ConditionReady).Status != metav1.ConditionTrue {
+				return fmt.Errorf("%s: active edge %q, Ready %+v", tr.Name, tr.Status.ActiveEdge, condition(tr.Status.Conditions, v1.ConditionReady))
+			}
+		}
+		return nil
+	})
+	if took := time.Since(start); took < grace+3*time.Second {
+		t.Fatalf("every route moved %s after the edge failed, within the grace of %s: nothing was tested", took.Round(time.Millisecond), grace)
+	}
+	// Found pending when the failover reconciles it, when the EdgeProvider's health
+	// changes, and when its records are in one provider and not yet in the other.
+	plans := (metricValue(t, "tenantroute_reconcile_outcomes_total", pending) - pendingBefore) / routes
+	t.Logf("%.2f reconciles a route found its records pending, %s after the edge failed", plans, time.Since(start).Round(100*time.Millisecond))
+	if plans > 3 {
+		t.Errorf("routes were found pending %.2f times each on average: planned again while their queues were flushing", plans)
+	}
+}

@@ -149,7 +149,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	states := r.declareRecords(route, owner, plan, nil)
 	report := r.updateStatus(route, plan, states, transitions)
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
-	if wait, ok := r.settle(owner, report.outcome, lastMoved(states)); ok {
+	if wait, ok := r.settle(owner, report.outcome, lastMoved(states), inFlight(states)); ok {
 		// The queues apply the records within their flush and report the outcome,
 		// which reconciles the route again: its status is written then, once, rather
 		// than Pending now and Ready a moment later. Still pending after the grace
@@ -413,7 +413,14 @@ func (r *TenantRouteReconciler) edgeReady(edge string) {
 // says where they ended, while a queue that stands still (backing off after errors
 // it reports) lets the route say Pending. Never longer than settleLimit in all, so
 // that a route is not left without a word while a very long backlog drains.
-func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time) (time.Duration, bool) {
+//
+// When every queue holding its records is flushing (inFlight), the route is not
+// looked at again when the grace runs out: each flush tells the route how it went
+// for it when it ends (the queue's outcome, which reconciles it), and a flush that
+// fails says so the same way. Looking again every grace only planned the route
+// again to find it pending: in a 100,000-route failover, whose Route53 batches take
+// a minute at the provider's rate, 100,000 plans every 10 s beside the flushes.
+func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time, inFlight bool) (time.Duration, bool) {
 	if outcome != "pending" {
 		r.pendingSince.Delete(owner)
 		return 0, false
@@ -425,6 +432,9 @@ func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time) (
 		from = moved
 	}
 	wait := min(r.PendingGrace-time.Since(from), settleLimit-time.Since(first))
+	if inFlight && wait > 0 {
+		wait = settleLimit - time.Since(first)
+	}
 	return wait, wait > 0
 }
 

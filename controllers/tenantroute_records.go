@@ -26,13 +26,17 @@ type edgeState struct {
 	// last moved (zonequeue.Queue.Progress); set tells it was seen.
 	movedAt  time.Time
 	movedSet bool
+	// idle: a queue holding some of its pending records was not flushing.
+	idle bool
 }
 
-// moved notes the progress of a queue holding some of its pending records.
-func (s *edgeState) moved(at time.Time) {
+// moved notes the progress of a queue holding some of its pending records, and
+// whether it is flushing now.
+func (s *edgeState) moved(at time.Time, flushing bool) {
 	if !s.movedSet || at.Before(s.movedAt) {
 		s.movedAt, s.movedSet = at, true
 	}
+	s.idle = s.idle || !flushing
 }
 
 // lastMoved is when the least recently moving queue holding any of the pending
@@ -46,6 +50,21 @@ func lastMoved(states []*edgeState) time.Time {
 		}
 	}
 	return at
+}
+
+// inFlight tells whether every queue holding pending records of states is flushing
+// now, so that each will say how its flush went for them when it ends.
+func inFlight(states []*edgeState) bool {
+	seen := false
+	for _, s := range states {
+		if s.movedSet {
+			if s.idle {
+				return false
+			}
+			seen = true
+		}
+	}
+	return seen
 }
 
 func (s *edgeState) add(zone string, o zonequeue.Outcome) {
@@ -173,7 +192,7 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	out := q.Desire(owner, records)
 	s.add(zone, out)
 	if !out.Synced {
-		s.moved(q.Progress())
+		s.moved(q.Moving())
 	}
 	return out, true
 }

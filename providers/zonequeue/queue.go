@@ -162,12 +162,19 @@ func (q *Queue) Zone() providers.Zone { return q.zone }
 // last applied a change. A queue in backoff after failed flushes stands still; a
 // provider that hangs is cut off by its request timeout.
 func (q *Queue) Progress() time.Time {
+	at, _ := q.Moving()
+	return at
+}
+
+// Moving is Progress, and whether a flush is under way now: when it ends, every owner
+// whose outcome it changed is notified.
+func (q *Queue) Moving() (at time.Time, flushing bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.flushing {
-		return time.Now()
+		return time.Now(), true
 	}
-	return q.progressAt
+	return q.progressAt, false
 }
 
 // Desire declares every record owner wants in the zone (none: delete what it owns) and
