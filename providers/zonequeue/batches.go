@@ -1,0 +1,70 @@
+package zonequeue
+
+import (
+	"time"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+)
+
+// fillBatches splits owners, in order, into those whose changes fill whole batches
+// and those held back for a later flush. Owners without changes are never held.
+func (q *Queue) fillBatches(keys []string, perOwner map[string][]providers.Change) (send, held []string) {
+	b, ok := q.provider.(providers.Batched)
+	if !ok {
+		return keys, nil
+	}
+	limit := b.BatchLimit()
+	var total providers.Cost
+	costs := map[string]providers.Cost{}
+	for _, key := range keys {
+		var c providers.Cost
+		for _, ch := range perOwner[key] {
+			cc := b.ChangeCost(ch)
+			c.Records, c.Chars = c.Records+cc.Records, c.Chars+cc.Chars
+		}
+		costs[key] = c
+		total.Records, total.Chars = total.Records+c.Records, total.Chars+c.Chars
+	}
+	batches := fullBatches(total.Records, limit.Records)
+	if limit.Chars > 0 {
+		batches = min(batches, fullBatches(total.Chars, limit.Chars))
+	}
+	var used providers.Cost
+	for _, key := range keys {
+		c := costs[key]
+		next := providers.Cost{Records: used.Records + c.Records, Chars: used.Chars + c.Chars}
+		fits := (limit.Records == 0 || next.Records <= batches*limit.Records) && (limit.Chars == 0 || next.Chars <= batches*limit.Chars)
+		if c.Records == 0 || fits {
+			send = append(send, key)
+			used = next
+		} else {
+			held = append(held, key)
+		}
+	}
+	return send, held
+}
+
+func fullBatches(total, limit int) int {
+	if limit == 0 {
+		return 1 << 30
+	}
+	return total / limit
+}
+
+// hold puts owners back in the queue for the next flush; they keep the age of their
+// desires, so that a trickle cannot hold them back forever.
+func (q *Queue) hold(keys []string, pendingSince time.Time) {
+	if len(keys) == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, key := range keys {
+		if o, ok := q.owners[key]; ok {
+			o.dirty = true
+		}
+	}
+	if q.firstDirty.IsZero() || pendingSince.Before(q.firstDirty) {
+		q.firstDirty = pendingSince
+	}
+}
