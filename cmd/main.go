@@ -180,7 +180,7 @@ func runAll(ctx context.Context, c config) error {
 		}
 	}
 	if c.proxyAddr != "0" {
-		if err := proxy.Register(metrics.Registry); err != nil {
+		if err := registerProxyMetrics(metrics.Registry); err != nil {
 			return err
 		}
 		layers := []proxy.Layer{source}
@@ -189,7 +189,7 @@ func runAll(ctx context.Context, c config) error {
 		}
 		chain := proxy.NewChain(c.chain, layers...)
 		p := proxy.New(chain, c.upstream)
-		if err := c.tls.enable(p, kv, certBook); err != nil {
+		if err := c.tls.enable(p, chain, kv, certBook); err != nil {
 			return err
 		}
 		if err := mgr.Add(&proxy.Server{Proxy: p, Listen: c.proxyAddr}); err != nil {
@@ -214,7 +214,7 @@ func runProxy(ctx context.Context, c config) error {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	if err := proxy.Register(registry); err != nil {
+	if err := registerProxyMetrics(registry); err != nil {
 		return err
 	}
 	token, err := c.shared.lookupToken()
@@ -235,7 +235,7 @@ func runProxy(ctx context.Context, c config) error {
 	if kv != nil {
 		book = *kv
 	}
-	if err := c.tls.enable(p, kv, book); err != nil {
+	if err := c.tls.enable(p, chain, kv, book); err != nil {
 		return err
 	}
 	probes := http.NewServeMux()

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/prometheus/client_golang/prometheus"
 	uzap "go.uber.org/zap"
 
 	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/proxy/certs"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -47,10 +49,11 @@ func bindTLSFlags(fs *flag.FlagSet, t *tlsFlags) {
 	fs.BoolVar(&t.noTLSALPN01, "acme-disable-tls-alpn-01", false, "Do not answer ACME with TLS-ALPN-01 (on the HTTPS listener).")
 }
 
-// enable turns HTTPS on for p when --tls-bind-address is set. Certificates, keys and
-// the ACME account go to Redis when there is one (every replica shares them), else
-// to --acme-storage-dir. Certificate records (for the TenantRoute status) go to book.
-func (t *tlsFlags) enable(p *proxy.Proxy, kv *routes.KV, book routes.CertBook) error {
+// enable turns HTTPS on for p when --tls-bind-address is set; ACME orders
+// certificates only for hostnames chain routes. Certificates, keys and the ACME
+// account go to Redis when there is one (every replica shares them), else to
+// --acme-storage-dir. Certificate records (for the TenantRoute status) go to book.
+func (t *tlsFlags) enable(p *proxy.Proxy, chain *proxy.Chain, kv *routes.KV, book routes.CertBook) error {
 	if !t.on() {
 		if t.certDir != "" || t.acmeCA != "" {
 			return errors.New("--tls-cert-dir and --acme-ca need --tls-bind-address")
@@ -61,10 +64,9 @@ func (t *tlsFlags) enable(p *proxy.Proxy, kv *routes.KV, book routes.CertBook) e
 	if err != nil {
 		return err
 	}
-	opts := proxy.TLSOptions{
-		Listen: t.listen, CertDir: t.certDir, RedirectPort: t.redirectPort, Book: book,
-		Logger: log.Named("tls"),
-		ACME: proxy.ACMEOptions{CA: t.acmeCA, Email: t.acmeEmail,
+	opts := certs.Options{
+		CertDir: t.certDir, Book: book, Logger: log.Named("tls"),
+		ACME: certs.ACMEOptions{CA: t.acmeCA, Email: t.acmeEmail,
 			DisableHTTPChallenge: t.noHTTP01, DisableTLSALPNChallenge: t.noTLSALPN01},
 	}
 	if t.redirectPort < 0 || t.redirectPort > 65535 {
@@ -82,12 +84,24 @@ func (t *tlsFlags) enable(p *proxy.Proxy, kv *routes.KV, book routes.CertBook) e
 	}
 	if t.acmeCA != "" {
 		if kv != nil {
-			if opts.ACME.Storage, err = proxy.NewRedisStorage(*kv); err != nil {
+			if opts.ACME.Storage, err = certs.NewRedisStorage(*kv); err != nil {
 				return err
 			}
 		} else {
 			opts.ACME.Storage = &certmagic.FileStorage{Path: t.acmeStore}
 		}
 	}
-	return p.EnableTLS(opts)
+	m, err := certs.New(opts, chain)
+	if err != nil {
+		return err
+	}
+	return p.EnableTLS(proxy.TLSOptions{Listen: t.listen, Certificates: m, RedirectPort: t.redirectPort})
+}
+
+// registerProxyMetrics adds the proxy's metrics, its HTTPS included, to a registry.
+func registerProxyMetrics(r prometheus.Registerer) error {
+	if err := proxy.Register(r); err != nil {
+		return err
+	}
+	return certs.Register(r)
 }

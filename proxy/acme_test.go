@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	"github.com/tenantroute/tenantroute-operator/proxy/certs"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -46,7 +47,27 @@ func listenPair(t *testing.T) (net.Listener, net.Listener) {
 
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
-func startTLSProxy(t *testing.T, rts map[string]Route, ln, tln net.Listener, opts TLSOptions) *tlsTestProxy {
+// httpsTest is what a test sets of the proxy's HTTPS: the certificates' options and
+// the listener's.
+type httpsTest struct {
+	certs.Options
+	RedirectPort     int
+	HandshakeTimeout time.Duration
+}
+
+// enableHTTPS turns HTTPS on for p on tln, with certificates as o says.
+func enableHTTPS(t *testing.T, p *Proxy, tln net.Listener, o httpsTest) {
+	t.Helper()
+	m, err := certs.New(o.Options, p.chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), Certificates: m, RedirectPort: o.RedirectPort, HandshakeTimeout: o.HandshakeTimeout}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startTLSProxy(t *testing.T, rts map[string]Route, ln, tln net.Listener, opts httpsTest) *tlsTestProxy {
 	t.Helper()
 	src := &fakeLayer{name: "source", routes: rts}
 	p := New(NewChain(ChainOptions{}, src), Options{})
@@ -54,10 +75,7 @@ func startTLSProxy(t *testing.T, rts map[string]Route, ln, tln net.Listener, opt
 	if opts.Book == nil {
 		opts.Book = book
 	}
-	opts.Listen = tln.Addr().String()
-	if err := p.EnableTLS(opts); err != nil {
-		t.Fatal(err)
-	}
+	enableHTTPS(t, p, tln, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, tln) }()
@@ -88,13 +106,12 @@ func httpsClient(addr string, roots *x509.CertPool) *http.Client {
 	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-func redisStorage(t *testing.T, r *testenv.Redis) (*RedisStorage, routes.KV) {
-	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr()}), Key: []byte(strings.Repeat("k", 32))}
-	s, err := NewRedisStorage(kv)
+func redisStorage(t *testing.T, r *testenv.Redis) *certs.RedisStorage {
+	s, err := certs.NewRedisStorage(routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr()}), Key: []byte(strings.Repeat("k", 32))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, kv
+	return s
 }
 
 // TestACMECertificateOnFirstHandshakeOnlyForRoutedHostnames: a hostname with a route
@@ -104,12 +121,12 @@ func redisStorage(t *testing.T, r *testenv.Redis) (*RedisStorage, routes.KV) {
 func TestACMECertificateOnFirstHandshakeOnlyForRoutedHostnames(t *testing.T) {
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln)})
-	storage, _ := redisStorage(t, testenv.StartRedis(t))
+	storage := redisStorage(t, testenv.StartRedis(t))
 	be, _ := backend(t, "eu-west-a")
 	tp := startTLSProxy(t, map[string]Route{
 		"login.acme.test": {Tenant: "acme", Region: "eu-west", Backends: []string{be.URL}},
 		"new.acme.test":   {Tenant: "acme", Region: "eu-west", Backends: []string{be.URL}},
-	}, ln, tln, TLSOptions{RedirectPort: port(tln), ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}})
+	}, ln, tln, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}}, RedirectPort: port(tln)})
 
 	client := httpsClient(tp.secure, pebble.IssuerRoots)
 	resp, err := client.Get("https://login.acme.test/hello")
@@ -200,9 +217,9 @@ func TestTwoReplicasShareOneCertificate(t *testing.T) {
 	rts := map[string]Route{"shop.tenant.test": {Tenant: "t", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}}
 	var replicas []*tlsTestProxy
 	for _, pair := range [][2]net.Listener{{ln1, tln1}, {ln2, tln2}} {
-		storage, _ := redisStorage(t, r)
+		storage := redisStorage(t, r)
 		replicas = append(replicas, startTLSProxy(t, rts, pair[0], pair[1],
-			TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}}))
+			httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}}}))
 	}
 	var wg sync.WaitGroup
 	serials := make([]string, 2*len(replicas))
@@ -234,8 +251,8 @@ func TestTwoReplicasShareOneCertificate(t *testing.T) {
 	// A third replica starts while every route lookup fails: it still serves the
 	// certificate the others stored, and orders nothing.
 	ln3, tln3 := listenPair(t)
-	storage, _ := redisStorage(t, r)
-	third := startTLSProxy(t, rts, ln3, tln3, TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}})
+	storage := redisStorage(t, r)
+	third := startTLSProxy(t, rts, ln3, tln3, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage}}})
 	third.src.mu.Lock()
 	third.src.fail = errors.New("lookup source down")
 	third.src.mu.Unlock()
@@ -258,12 +275,12 @@ func TestTwoReplicasShareOneCertificate(t *testing.T) {
 func TestACMEProtocolBesideOthersIsAnOrdinaryHandshake(t *testing.T) {
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln)})
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
 	tp := startTLSProxy(t, map[string]Route{"shop.auth.example.com": {Tenant: "s", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{CertDir: dir, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t)}})
-	c, err := tls.Dial("tcp", tp.secure, &tls.Config{ServerName: "shop.auth.example.com", RootCAs: ca.pool, NextProtos: []string{"http/1.1", "acme-tls/1"}})
+		ln, tln, httpsTest{Options: certs.Options{CertDir: dir, ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t)}}})
+	c, err := tls.Dial("tcp", tp.secure, &tls.Config{ServerName: "shop.auth.example.com", RootCAs: ca.Pool, NextProtos: []string{"http/1.1", "acme-tls/1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,9 +298,9 @@ func TestACMEProtocolBesideOthersIsAnOrdinaryHandshake(t *testing.T) {
 func TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake(t *testing.T) {
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln), Validity: 20 * time.Second})
-	storage, _ := redisStorage(t, testenv.StartRedis(t))
+	storage := redisStorage(t, testenv.StartRedis(t))
 	tp := startTLSProxy(t, map[string]Route{"app.renew.test": {Tenant: "r", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, RenewalWindowRatio: 0.5}})
+		ln, tln, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, RenewalWindowRatio: 0.5}}})
 
 	first, err := handshake(tp.secure, "app.renew.test", pebble.IssuerRoots)
 	if err != nil {
@@ -323,9 +340,9 @@ func TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake(t *testing.T) {
 func TestFailedIssuanceIsRecordedAndHeldBack(t *testing.T) {
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln), Blocked: []string{"tenant.test"}})
-	storage, _ := redisStorage(t, testenv.StartRedis(t))
+	storage := redisStorage(t, testenv.StartRedis(t))
 	tp := startTLSProxy(t, map[string]Route{"broken.tenant.test": {Tenant: "b", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{HandshakeTimeout: 3 * time.Second, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}})
+		ln, tln, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}}, HandshakeTimeout: 3 * time.Second})
 	start := time.Now()
 	if _, err := handshake(tp.secure, "broken.tenant.test", pebble.IssuerRoots); err == nil {
 		t.Fatal("a certificate although the CA refuses the name")
@@ -356,7 +373,7 @@ func TestFailedIssuanceIsRecordedAndHeldBack(t *testing.T) {
 	// Another replica sharing the storage holds the hostname back too.
 	ln2, tln2 := listenPair(t)
 	other := startTLSProxy(t, map[string]Route{"broken.tenant.test": {Tenant: "b", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln2, tln2, TLSOptions{HandshakeTimeout: 3 * time.Second, ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}})
+		ln2, tln2, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, FailureBackoff: time.Minute}}, HandshakeTimeout: 3 * time.Second})
 	if _, err := handshake(other.secure, "broken.tenant.test", pebble.IssuerRoots); err == nil {
 		t.Fatal("a certificate although the CA refuses the name")
 	}
@@ -378,8 +395,8 @@ func TestEachChallengeTypeAloneObtainsACertificate(t *testing.T) {
 			ln, tln := listenPair(t)
 			pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln)})
 			tp := startTLSProxy(t, map[string]Route{"one.challenge.test": {Tenant: "c", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-				ln, tln, TLSOptions{ACME: ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t),
-					DisableHTTPChallenge: only != "http-01", DisableTLSALPNChallenge: only != "tls-alpn-01"}})
+				ln, tln, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: memStorage(t),
+					DisableHTTPChallenge: only != "http-01", DisableTLSALPNChallenge: only != "tls-alpn-01"}}})
 			if _, err := handshake(tp.secure, "one.challenge.test", pebble.IssuerRoots); err != nil {
 				t.Fatalf("%s alone: %v", only, err)
 			}

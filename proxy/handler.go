@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/tenantroute/tenantroute-operator/proxy/certs"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -22,7 +23,7 @@ import (
 type Proxy struct {
 	chain *Chain
 	opts  Options
-	tls   *tlsFront // nil: plain HTTP only
+	tls   *TLSOptions // nil: plain HTTP only
 	// limits count client connections across the listeners.
 	limits *connLimits
 
@@ -195,7 +196,7 @@ func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
 }
 
 var (
-	challengePrefix = []byte(challengeBasePath)
+	challengePrefix = []byte(certs.ChallengePath)
 	httpsProto      = []byte("https")
 )
 
@@ -211,7 +212,7 @@ func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outco
 		if i := bytes.IndexByte(target, '?'); i >= 0 {
 			target = target[:i]
 		}
-		if status, body, ok := p.tls.httpChallenge(ctx, string(host), string(target)); ok {
+		if status, body, ok := p.tls.Certificates.HTTPChallenge(ctx, string(host), string(target)); ok {
 			ctx.Response.SetStatusCode(status)
 			ctx.Response.Header.SetContentType("text/plain")
 			ctx.Response.SetBody(body)
@@ -219,7 +220,7 @@ func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outco
 			return true
 		}
 	}
-	if p.tls.opts.RedirectPort == 0 {
+	if p.tls.RedirectPort == 0 {
 		return false
 	}
 	// Behind the CDN most plain requests say they came over HTTPS: that is answered
@@ -227,7 +228,7 @@ func (p *Proxy) plainForTLS(ctx *fasthttp.RequestCtx, host []byte, outcome Outco
 	if p.opts.trusted(remoteIP(ctx)) && bytes.EqualFold(req.Header.Peek("X-Forwarded-Proto"), httpsProto) {
 		return false
 	}
-	if !p.tls.canServe(string(host)) {
+	if !p.tls.Certificates.CanServe(string(host)) {
 		return false
 	}
 	bufp := valueBufs.Get().(*[]byte)

@@ -147,6 +147,27 @@ func NewChain(opts ChainOptions, layers ...Layer) *Chain {
 	return c
 }
 
+// Routed reports whether a lookup finds a route for name (certs.Router: only a
+// routed hostname gets a certificate on demand); fresh demands an answer from a
+// source or a fresh cache entry, not a stale one.
+func (c *Chain) Routed(ctx context.Context, name string, fresh bool) (known bool, err error) {
+	var buf [256]byte
+	host, err := routes.NormalizeHost([]byte(name), buf[:0])
+	if err != nil {
+		return false, nil
+	}
+	route, outcome := c.Lookup(ctx, host)
+	switch {
+	case outcome == OutcomeError:
+		return false, errors.New("the route lookup failed")
+	case route == nil:
+		return false, nil
+	case fresh && outcome == OutcomeStale:
+		return false, errors.New("only a stale route is known")
+	}
+	return true, nil
+}
+
 // Lookup returns the route of a normalised host. A fresh cache hit allocates nothing.
 func (c *Chain) Lookup(ctx context.Context, host []byte) (*CachedRoute, Outcome) {
 	return c.LookupAt(ctx, host, time.Now().UnixNano())

@@ -30,7 +30,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	var tln net.Listener
 	if s.Proxy.tls != nil {
-		if tln, err = net.Listen("tcp", s.Proxy.tls.opts.Listen); err != nil {
+		if tln, err = net.Listen("tcp", s.Proxy.tls.Listen); err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("the HTTPS listener: %w", err)
 		}
@@ -51,10 +51,10 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	errs := make(chan error, 2)
 	go func() { errs <- srv.Serve(p.Listener(ln)) }()
 	if p.tls != nil && tln != nil {
-		p.tls.listening(ln.Addr(), tln.Addr())
-		go p.tls.run(ctx)
+		p.tls.Certificates.Listening(ln.Addr(), tln.Addr())
+		go p.tls.Certificates.Run(ctx)
 		limited := &limitListener{Listener: tln, connLimits: p.limits, silent: true}
-		secure := &tlsListener{Listener: limited, config: p.tls.config(), timeout: p.tls.opts.HandshakeTimeout}
+		secure := &tlsListener{Listener: limited, config: p.tls.Certificates.TLSConfig(), timeout: p.tls.HandshakeTimeout}
 		go func() { errs <- srv.Serve(secure) }()
 	}
 	select {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenantroute/tenantroute-operator/proxy"
+	"github.com/tenantroute/tenantroute-operator/proxy/certs"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -89,6 +90,9 @@ func main() {
 		if err := proxy.Register(registry); err != nil {
 			log.Fatal(err)
 		}
+		if err := certs.Register(registry); err != nil {
+			log.Fatal(err)
+		}
 		go func() {
 			log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 		}()
@@ -96,7 +100,11 @@ func main() {
 	chain := proxy.NewChain(proxy.ChainOptions{TTL: *ttl}, layers...)
 	p := proxy.New(chain, proxy.Options{})
 	if *tlsListen != "" {
-		if err := p.EnableTLS(proxy.TLSOptions{Listen: *tlsListen, CertDir: *certDir}); err != nil {
+		m, err := certs.New(certs.Options{CertDir: *certDir}, chain)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := p.EnableTLS(proxy.TLSOptions{Listen: *tlsListen, Certificates: m}); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -3,14 +3,8 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -19,60 +13,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	"github.com/tenantroute/tenantroute-operator/proxy/certs"
 )
-
-// testCA signs certificates for the mounted-Secret tests.
-type testCA struct {
-	key  *ecdsa.PrivateKey
-	cert *x509.Certificate
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{key: key, cert: cert, pool: pool}
-}
-
-// writeSecret writes a tls.crt/tls.key pair for names into dir, as a mounted
-// kubernetes.io/tls Secret, and returns its serial.
-func (ca *testCA) writeSecret(t *testing.T, dir string, serial int64, names ...string) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: names[0]},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour), DNSNames: names,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Written beside and renamed, as the kubelet swaps a Secret's files at once.
-	for name, data := range map[string][]byte{
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	} {
-		tmp := filepath.Join(dir, "."+name)
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func serialOf(t *testing.T, addr, name string, roots *x509.CertPool) int64 {
 	t.Helper()
@@ -88,28 +32,28 @@ func serialOf(t *testing.T, addr, name string, roots *x509.CertPool) int64 {
 // only), a renewed Secret is served without a restart, and a broken one leaves the
 // last good certificate in service.
 func TestMountedSecretsBySNIAndReloadedWithoutRestart(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
-	ca.writeSecret(t, filepath.Join(dir, "login"), 20, "login.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "login"), 20, "login.auth.example.com")
 	ln, tln := listenPair(t)
-	tp := startTLSProxy(t, map[string]Route{}, ln, tln, TLSOptions{CertDir: dir, ReloadInterval: 50 * time.Millisecond})
+	tp := startTLSProxy(t, map[string]Route{}, ln, tln, httpsTest{Options: certs.Options{CertDir: dir, ReloadInterval: 50 * time.Millisecond}})
 
-	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.pool); got != 10 {
+	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.Pool); got != 10 {
 		t.Fatalf("acme.auth.example.com served serial %d, want the wildcard's 10", got)
 	}
-	if got := serialOf(t, tp.secure, "LOGIN.auth.example.com.", ca.pool); got != 20 {
+	if got := serialOf(t, tp.secure, "LOGIN.auth.example.com.", ca.Pool); got != 20 {
 		t.Fatalf("login.auth.example.com served serial %d, want its own 20", got)
 	}
 	for _, name := range []string{"auth.example.com", "a.b.auth.example.com", "other.test"} {
-		if _, err := handshake(tp.secure, name, ca.pool); err == nil {
+		if _, err := handshake(tp.secure, name, ca.Pool); err == nil {
 			t.Fatalf("%s got a certificate; no Secret covers it and ACME is off", name)
 		}
 	}
 
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 11, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 11, "*.auth.example.com")
 	waitFor(t, 5*time.Second, "the renewed Secret to be served", func() bool {
-		return serialOf(t, tp.secure, "acme.auth.example.com", ca.pool) == 11
+		return serialOf(t, tp.secure, "acme.auth.example.com", ca.Pool) == 11
 	})
 
 	// A Secret whose key does not match its certificate: the last good pair stays.
@@ -117,7 +61,7 @@ func TestMountedSecretsBySNIAndReloadedWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.pool); got != 11 {
+	if got := serialOf(t, tp.secure, "acme.auth.example.com", ca.Pool); got != 11 {
 		t.Fatalf("after a broken Secret, serial %d is served, want the last good 11", got)
 	}
 }
@@ -138,16 +82,14 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 // client sending garbage instead of a ClientHello is closed at once; neither stops
 // a real client.
 func TestHostileTLSHandshakes(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
 	ln, tln := listenPair(t)
 	be, _ := backend(t, "eu-west-a")
 	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}}}}
 	p := New(NewChain(ChainOptions{}, src), Options{MaxConnsPerIP: 8, ClientHeaderTimeout: 5 * time.Second})
-	if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, HandshakeTimeout: 500 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	enableHTTPS(t, p, tln, httpsTest{Options: certs.Options{CertDir: dir}, HandshakeTimeout: 500 * time.Millisecond})
 	serveTLS(t, p, ln, tln)
 
 	// Stalled handshakes, as many as one address may hold: half a ClientHello, then
@@ -192,11 +134,11 @@ func TestHostileTLSHandshakes(t *testing.T) {
 	// lingering close kept its deadline, the interrupted handshakes held theirs for
 	// good.
 	waitFor(t, 3*time.Second, "a connection slot", func() bool {
-		_, err := handshake(tln.Addr().String(), "acme.auth.example.com", ca.pool)
+		_, err := handshake(tln.Addr().String(), "acme.auth.example.com", ca.Pool)
 		return err == nil
 	})
 	// A client claiming plain HTTP does not fool the backend either.
-	client := httpsClient(tln.Addr().String(), ca.pool)
+	client := httpsClient(tln.Addr().String(), ca.Pool)
 	req, _ := http.NewRequest(http.MethodGet, "https://acme.auth.example.com/", nil)
 	req.Header.Set("X-Forwarded-Proto", "http")
 	resp, err := client.Do(req)
@@ -225,9 +167,9 @@ func serveTLS(t *testing.T, p *Proxy, ln, tln net.Listener) {
 // loop behind Cloudflare's flexible mode); anyone else saying so is redirected; a
 // hostname without a certificate is forwarded over plain HTTP.
 func TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
 	be, _ := backend(t, "eu-west-a")
 	rts := map[string]Route{
 		"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}},
@@ -240,9 +182,7 @@ func TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS(t *testing.T) {
 			opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 		}
 		p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: rts}), opts)
-		if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, RedirectPort: 443}); err != nil {
-			t.Fatal(err)
-		}
+		enableHTTPS(t, p, tln, httpsTest{Options: certs.Options{CertDir: dir}, RedirectPort: 443})
 		serveTLS(t, p, ln, tln)
 		plain := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		get := func(host, path, proto string) *http.Response {
@@ -276,18 +216,18 @@ func TestPlainRequestsRedirectedUnlessTheCDNSpokeHTTPS(t *testing.T) {
 // only routed hostnames get a certificate record (for the status), or each random
 // name a client sends would cost a write to Redis and memory in the proxy.
 func TestRandomNamesUnderAWildcardAreNotRecorded(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
 	ln, tln := listenPair(t)
 	tp := startTLSProxy(t, map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{CertDir: dir})
+		ln, tln, httpsTest{Options: certs.Options{CertDir: dir}})
 	names := []string{"acme.auth.example.com"}
 	for i := range 50 {
 		names = append(names, fmt.Sprintf("r%d.auth.example.com", i))
 	}
 	for _, n := range names {
-		if got := serialOf(t, tp.secure, n, ca.pool); got != 10 {
+		if got := serialOf(t, tp.secure, n, ca.Pool); got != 10 {
 			t.Fatalf("%s: serial %d", n, got)
 		}
 	}
@@ -301,63 +241,18 @@ func TestRandomNamesUnderAWildcardAreNotRecorded(t *testing.T) {
 	}
 }
 
-// TestExpiryGaugeFollowsWhatIsServed: the expiry gauge's hostnames follow the
-// certificates held, not the last handshake: a Secret renewed behind a quiet hostname
-// moves its expiry, and a certificate no longer held leaves the gauge (which would
-// otherwise page about a certificate nobody serves).
-func TestExpiryGaugeFollowsWhatIsServed(t *testing.T) {
-	ca := newTestCA(t)
-	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
-	ln, tln := listenPair(t)
-	tp := startTLSProxy(t, map[string]Route{"quiet.auth.example.com": {Tenant: "q", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
-		ln, tln, TLSOptions{CertDir: dir, ReloadInterval: time.Hour})
-	first, err := handshake(tp.secure, "quiet.auth.example.com", ca.pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expiry := func() (time.Time, bool) {
-		expiryMu.Lock()
-		defer expiryMu.Unlock()
-		e, ok := expiries["quiet.auth.example.com"]
-		return e, ok
-	}
-	if e, ok := expiry(); !ok || !e.Equal(first.NotAfter) {
-		t.Fatalf("expiry %s (%v), want %s", e, ok, first.NotAfter)
-	}
-	time.Sleep(1100 * time.Millisecond) // a later NotAfter, at the certificate's 1 s resolution
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 11, "*.auth.example.com")
-	if err := tp.p.tls.static.reload(); err != nil {
-		t.Fatal(err)
-	}
-	tp.p.tls.sweepExpiries()
-	if e, _ := expiry(); !e.After(first.NotAfter) {
-		t.Fatalf("after the Secret's renewal and a sweep, expiry %s, want after %s", e, first.NotAfter)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, "wildcard")); err != nil {
-		t.Fatal(err)
-	}
-	_ = tp.p.tls.static.reload()
-	tp.p.tls.sweepExpiries()
-	if e, ok := expiry(); ok {
-		t.Fatalf("a certificate no longer held is still in the gauge: %s", e)
-	}
-}
-
 // TestPlainPathsStayByteForByteWithHTTPSOn: with HTTPS on, plain requests still pass
 // their path to the backend exactly as sent (looking for an ACME challenge must not
 // parse and normalise the request target first).
 func TestPlainPathsStayByteForByteWithHTTPSOn(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	dir := t.TempDir()
-	ca.writeSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
 	rec := newRecorder(t, nil)
 	ln, tln := listenPair(t)
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"plain.other.test": {Tenant: "plain", Region: "eu", Backends: []string{rec.URL}}}}), Options{})
-	if err := p.EnableTLS(TLSOptions{Listen: tln.Addr().String(), CertDir: dir, RedirectPort: 443}); err != nil {
-		t.Fatal(err)
-	}
+	enableHTTPS(t, p, tln, httpsTest{Options: certs.Options{CertDir: dir}, RedirectPort: 443})
 	serveTLS(t, p, ln, tln)
 	tp := &testProxy{url: "http://" + ln.Addr().String()}
 	for _, target := range []string{"/a/../b//c%2Fd?x=1", "/.well-known/acme-challenge/../../admin"} {

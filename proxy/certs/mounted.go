@@ -1,4 +1,4 @@
-package proxy
+package certs
 
 import (
 	"crypto/tls"
@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// staticCerts are the certificates of mounted TLS Secrets, by the names they cover.
+// mountedCerts are the certificates of mounted TLS Secrets, by the names they cover.
 // The set is replaced whole when the directory changes; a pair that does not load
 // keeps its previous certificate rather than leaving its hostnames without one.
-type staticCerts struct {
+type mountedCerts struct {
 	dir   string
 	set   atomic.Pointer[certSet]
 	stamp string
@@ -27,8 +27,8 @@ type certSet struct {
 	bySource map[string]*tls.Certificate // by the directory the pair came from
 }
 
-func loadStaticCerts(dir string) (*staticCerts, error) {
-	s := &staticCerts{dir: dir}
+func loadMountedCerts(dir string) (*mountedCerts, error) {
+	s := &mountedCerts{dir: dir}
 	if _, err := pairDirs(dir); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func loadStaticCerts(dir string) (*staticCerts, error) {
 // match returns the certificate for name: an exact SAN first, then a wildcard one
 // label up (a wildcard never covers a deeper name or the bare domain). An expired one
 // is no match, so that ACME, if on, takes the name over.
-func (s *staticCerts) match(name string) *tls.Certificate {
+func (s *mountedCerts) match(name string) *tls.Certificate {
 	set := s.set.Load()
 	c := set.exact[name]
 	if c == nil {
@@ -88,7 +88,7 @@ func fingerprint(dirs []string) string {
 }
 
 // reload reads the directory again if anything in it changed.
-func (s *staticCerts) reload() error {
+func (s *mountedCerts) reload() error {
 	dirs, err := pairDirs(s.dir)
 	if err != nil {
 		return err

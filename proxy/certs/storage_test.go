@@ -1,4 +1,4 @@
-package proxy
+package certs
 
 import (
 	"bytes"
@@ -6,10 +6,14 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
+	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
 // TestRedisStorageKeepsCertmagicsContract: what the ACME library expects of a
@@ -18,7 +22,11 @@ import (
 // exclude across replicas.
 func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 	r := testenv.StartRedis(t)
-	s, kv := redisStorage(t, r)
+	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr()}), Key: []byte(strings.Repeat("k", 32))}
+	s, err := NewRedisStorage(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	for k, v := range map[string]string{
 		"certificates/ca/a.test/a.test.crt": "CERT-A", "certificates/ca/a.test/a.test.key": "KEY-A",
@@ -67,7 +75,10 @@ func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 	}
 
 	// Locks exclude across replicas (two storages on one Redis).
-	other, _ := redisStorage(t, r)
+	other, err := NewRedisStorage(routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr()}), Key: kv.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Lock(ctx, "issue_cert_a.test"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,22 @@
-package proxy
+// Package certs chooses the certificate of each TLS handshake at the proxy: from
+// mounted TLS Secrets, else from ACME on demand for a hostname that has a route. It
+// answers ACME's HTTP-01 challenges for the proxy's plain listener, records which
+// certificate each hostname is served with (for the TenantRoute status), and keeps
+// the ACME account, certificates and keys in shared storage (RedisStorage).
+//
+// The proxy uses it through a small interface (proxy.Certificates) and keeps its
+// listeners; this package never sees a request. Files: certs.go chooses a
+// certificate, mounted.go reads the Secrets, acme.go orders on demand and answers
+// challenges, records.go tells the operator what is served, storage.go is the shared
+// storage, metrics.go the counters.
+package certs
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,28 +28,18 @@ import (
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
-// TLSOptions configure the proxy's HTTPS listener. A certificate is chosen by the
-// client's SNI: first from the mounted TLS Secrets, then, for a hostname that has a
-// route, from ACME on demand.
-type TLSOptions struct {
-	// Listen is the HTTPS listener's address, e.g. ":8443".
-	Listen string
+// Options configure the certificates. A certificate is chosen by the client's SNI:
+// first from the mounted TLS Secrets, then, for a hostname that has a route, from
+// ACME on demand.
+type Options struct {
 	// CertDir holds mounted kubernetes.io/tls Secrets: tls.crt and tls.key in the
 	// directory itself or in any directory directly inside it (one per Secret). It is
 	// read again every ReloadInterval, so a renewed Secret (cert-manager) is served
 	// without a restart.
 	CertDir        string
 	ReloadInterval time.Duration
-	// HandshakeTimeout bounds a TLS handshake, the wait for a certificate ordered on
-	// demand included (an ACME validation takes seconds; a failed order is not
-	// retried within the handshake).
-	HandshakeTimeout time.Duration
 	// ACME obtains certificates on demand when its CA is set.
 	ACME ACMEOptions
-	// RedirectPort: plain-HTTP requests for a hostname the proxy holds a certificate
-	// for are redirected to HTTPS on this port (443 is left out of the URL); ACME
-	// challenges never are. 0 turns the redirect off.
-	RedirectPort int
 	// Book, if set, is told which certificate each hostname is served with and of every
 	// failure to obtain or renew one; the operator reports it in status.
 	Book routes.CertBook
@@ -69,72 +70,76 @@ type ACMEOptions struct {
 	DisableTLSALPNChallenge bool
 }
 
-// Defaults of TLSOptions.
+// Defaults of Options.
 const (
-	DefaultCertReloadInterval = 10 * time.Second
-	DefaultHandshakeTimeout   = 30 * time.Second
-	DefaultFailureBackoff     = 5 * time.Minute
-	maxFailureBackoff         = time.Hour
+	DefaultReloadInterval = 10 * time.Second
+	DefaultFailureBackoff = 5 * time.Minute
+	maxFailureBackoff     = time.Hour
 )
 
-// tlsFront is the proxy's certificate selection.
-type tlsFront struct {
-	opts   TLSOptions
-	static *staticCerts
-	magic  *certmagic.Config // nil without ACME
-	issuer *certmagic.ACMEIssuer
-	cache  *certmagic.Cache // nil without ACME
-	chain  *Chain
-	served *servedCerts
+// Router tells whether a hostname has a route: only those get a certificate from
+// ACME. fresh demands an answer from a source or a fresh cache entry, not a stale one;
+// err says the lookup itself failed. The proxy's lookup chain is one.
+type Router interface {
+	Routed(ctx context.Context, host string, fresh bool) (known bool, err error)
+}
+
+// Manager chooses certificates for the proxy's TLS listener and answers ACME's
+// HTTP-01 challenges on its plain one.
+type Manager struct {
+	opts    Options
+	mounted *mountedCerts
+	magic   *certmagic.Config // nil without ACME
+	issuer  *certmagic.ACMEIssuer
+	cache   *certmagic.Cache // nil without ACME
+	router  Router
+	served  *servedCerts
 
 	mu       sync.Mutex
 	failures map[string]orderFailure // this replica's memory of the shared backoff
 }
 
-// EnableTLS prepares the proxy's HTTPS listener; Server serves it.
-func (p *Proxy) EnableTLS(opts TLSOptions) error {
+// New prepares the certificates; the proxy serves them once given the Manager
+// (proxy.TLSOptions.Certificates).
+func New(opts Options, router Router) (*Manager, error) {
 	if opts.ReloadInterval <= 0 {
-		opts.ReloadInterval = DefaultCertReloadInterval
+		opts.ReloadInterval = DefaultReloadInterval
 	}
 	if opts.ACME.FailureBackoff <= 0 {
 		opts.ACME.FailureBackoff = DefaultFailureBackoff
-	}
-	if opts.HandshakeTimeout <= 0 {
-		opts.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.CertDir == "" && opts.ACME.CA == "" {
-		return errors.New("HTTPS needs certificates: a directory of TLS Secrets, an ACME CA, or both")
+		return nil, errors.New("HTTPS needs certificates: a directory of TLS Secrets, an ACME CA, or both")
 	}
-	f := &tlsFront{opts: opts, chain: p.chain, served: newServedCerts(opts.Book), failures: map[string]orderFailure{}}
+	m := &Manager{opts: opts, router: router, served: newServedCerts(opts.Book), failures: map[string]orderFailure{}}
 	if opts.CertDir != "" {
-		s, err := loadStaticCerts(opts.CertDir)
+		s, err := loadMountedCerts(opts.CertDir)
 		if s == nil {
-			return err
+			return nil, err
 		}
 		if err != nil {
 			// A bad pair leaves its hostnames to ACME (or without a certificate) and is
 			// retried when its files change; the others are served.
 			opts.Logger.Error("some mounted certificates do not load", zap.Error(err))
 		}
-		f.static = s
+		m.mounted = s
 	}
 	if opts.ACME.CA != "" {
 		if opts.ACME.Storage == nil {
-			return errors.New("ACME needs a storage for its account and certificates (Redis, shared by the replicas, or a directory)")
+			return nil, errors.New("ACME needs a storage for its account and certificates (Redis, shared by the replicas, or a directory)")
 		}
-		f.setupACME()
+		m.setupACME()
 	}
-	p.tls = f
-	return nil
+	return m, nil
 }
 
-// config is the TLS listener's configuration: TLS 1.2 and up, forward-secret AEAD
+// TLSConfig is the TLS listener's configuration: TLS 1.2 and up, forward-secret AEAD
 // suites only for 1.2 (1.3's are all modern), HTTP/1.1, and the ACME TLS-ALPN
 // protocol so that validation handshakes reach the ACME library.
-func (f *tlsFront) config() *tls.Config {
+func (m *Manager) TLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		CipherSuites: []uint16{
@@ -145,15 +150,15 @@ func (f *tlsFront) config() *tls.Config {
 			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
 			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 		},
-		NextProtos:     f.protocols(),
-		GetCertificate: f.getCertificate,
+		NextProtos:     m.protocols(),
+		GetCertificate: m.GetCertificate,
 	}
 }
 
 // protocols are the ALPN protocols offered: HTTP/1.1, and ACME's TLS-ALPN-01 when
 // that challenge is answered here.
-func (f *tlsFront) protocols() []string {
-	if f.magic == nil || f.opts.ACME.DisableTLSALPNChallenge {
+func (m *Manager) protocols() []string {
+	if m.magic == nil || m.opts.ACME.DisableTLSALPNChallenge {
 		return []string{"http/1.1"}
 	}
 	return []string{"http/1.1", acmez.ACMETLS1Protocol}
@@ -165,39 +170,39 @@ var (
 	errNoCertificate = errors.New("no certificate for this hostname")
 )
 
-// getCertificate chooses a handshake's certificate. A hostname with no mounted
+// GetCertificate chooses a handshake's certificate. A hostname with no mounted
 // certificate gets one from ACME only if it has a route (decide): a client sending
 // random names costs a route lookup (negatively cached), never an ACME order.
-func (f *tlsFront) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	if f.magic != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
+func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if m.magic != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
 		// A CA validating a TLS-ALPN-01 challenge offers that protocol alone (RFC 8737);
 		// a client offering it beside others is an ordinary handshake, which must not
 		// skip the mounted certificates into an order.
-		return f.magic.GetCertificate(hello)
+		return m.magic.GetCertificate(hello)
 	}
 	name := strings.TrimSuffix(strings.ToLower(hello.ServerName), ".")
 	if name == "" {
 		observeHandshake("no_sni")
 		return nil, errNoSNI
 	}
-	if f.static != nil {
-		if c := f.static.match(name); c != nil {
+	if m.mounted != nil {
+		if c := m.mounted.match(name); c != nil {
 			observeHandshake("secret")
 			// A wildcard answers any name under it: only a routed one is recorded, or
 			// random names would each cost a record.
-			if !f.served.noted(name, c) {
-				if known, _ := f.routed(hello.Context(), name, true); known {
-					f.served.note(name, c, "secret")
+			if !m.served.noted(name, c) {
+				if known, _ := m.router.Routed(hello.Context(), name, true); known {
+					m.served.note(name, c, "secret")
 				}
 			}
 			return c, nil
 		}
 	}
-	if f.magic == nil {
+	if m.magic == nil {
 		observeHandshake("no_certificate")
 		return nil, errNoCertificate
 	}
-	c, err := f.magic.GetCertificate(hello)
+	c, err := m.magic.GetCertificate(hello)
 	if err != nil {
 		switch {
 		case errors.Is(err, errNotRouted):
@@ -210,35 +215,23 @@ func (f *tlsFront) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate,
 		return nil, err
 	}
 	observeHandshake("acme")
-	if !f.served.noted(name, c) {
-		f.served.note(name, c, "acme")
+	if !m.served.noted(name, c) {
+		m.served.note(name, c, "acme")
 	}
 	return c, nil
 }
 
-// canServe reports whether a handshake for host finds a certificate now: a mounted
+// CanServe reports whether a handshake for host finds a certificate now: a mounted
 // one, or one in the ACME cache. A hostname whose certificate is not obtained yet (or
 // cannot be) is not redirected: a browser caches a 308, and would keep going to an
 // HTTPS that fails.
-func (f *tlsFront) canServe(host string) bool {
-	if f.static != nil && f.static.match(host) != nil {
+func (m *Manager) CanServe(host string) bool {
+	if m.mounted != nil && m.mounted.match(host) != nil {
 		return true
 	}
-	return f.cache != nil && len(f.cache.AllMatchingCertificates(host)) > 0
+	return m.cache != nil && len(m.cache.AllMatchingCertificates(host)) > 0
 }
 
-// redirectTarget is where a plain request for host (normalised: a DNS name, no port)
-// goes over HTTPS.
-func (f *tlsFront) redirectTarget(buf []byte, host, requestURI []byte) []byte {
-	buf = append(buf, "https://"...)
-	buf = append(buf, host...)
-	if f.opts.RedirectPort != 443 {
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, int64(f.opts.RedirectPort), 10)
-	}
-	return append(buf, requestURI...)
-}
-
-func (f *tlsFront) String() string {
-	return fmt.Sprintf("tls(certdir=%q acme=%q)", f.opts.CertDir, f.opts.ACME.CA)
+func (m *Manager) String() string {
+	return fmt.Sprintf("certs(certdir=%q acme=%q)", m.opts.CertDir, m.opts.ACME.CA)
 }

@@ -1,4 +1,4 @@
-package proxy
+package certs
 
 import (
 	"context"
@@ -122,16 +122,16 @@ func (s *servedCerts) forget(host string) {
 // certificate or the one in the ACME cache, renewed in the background included; a
 // hostname with neither any more (its route gone, its certificate evicted) leaves the
 // gauge, which would otherwise warn of a certificate nobody serves.
-func (f *tlsFront) sweepExpiries() {
+func (m *Manager) sweepExpiries() {
 	for host := range expiryHosts() {
 		var notAfter time.Time
-		if f.static != nil {
-			if c := f.static.match(host); c != nil {
+		if m.mounted != nil {
+			if c := m.mounted.match(host); c != nil {
 				notAfter = c.Leaf.NotAfter
 			}
 		}
-		if notAfter.IsZero() && f.cache != nil {
-			for _, c := range f.cache.AllMatchingCertificates(host) {
+		if notAfter.IsZero() && m.cache != nil {
+			for _, c := range m.cache.AllMatchingCertificates(host) {
 				if c.Leaf != nil && c.Leaf.NotAfter.After(notAfter) {
 					notAfter = c.Leaf.NotAfter
 				}
@@ -144,11 +144,11 @@ func (f *tlsFront) sweepExpiries() {
 // expirySweep is how often the expiry gauge is brought in line with what is held.
 const expirySweep = 5 * time.Minute
 
-// run keeps the certificates current until ctx ends: the mounted ones read again
+// Run keeps the certificates current until ctx ends: the mounted ones read again
 // every ReloadInterval, the expiry gauge swept every expirySweep.
-func (f *tlsFront) run(ctx context.Context) {
+func (m *Manager) Run(ctx context.Context) {
 	log := logf.FromContext(ctx).WithName("certificates")
-	reload := time.NewTicker(f.opts.ReloadInterval)
+	reload := time.NewTicker(m.opts.ReloadInterval)
 	defer reload.Stop()
 	sweep := time.NewTicker(expirySweep)
 	defer sweep.Stop()
@@ -157,14 +157,14 @@ func (f *tlsFront) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-reload.C:
-			if f.static == nil {
+			if m.mounted == nil {
 				continue
 			}
-			if err := f.static.reload(); err != nil {
+			if err := m.mounted.reload(); err != nil {
 				log.Error(err, "reloading mounted certificates; the previous ones are still served")
 			}
 		case <-sweep.C:
-			f.sweepExpiries()
+			m.sweepExpiries()
 		}
 	}
 }
