@@ -22,8 +22,8 @@ type Account struct {
 	queues map[string]*zonequeue.Queue // by zone name; a zone not resolved yet has none
 }
 
-// NewAccount returns an account without queues.
-func NewAccount(edge, fingerprint string, p *providers.Cached) *Account {
+// newAccount returns an account without queues.
+func newAccount(edge, fingerprint string, p *providers.Cached) *Account {
 	return &Account{Edge: edge, Fingerprint: fingerprint, Provider: p, queues: map[string]*zonequeue.Queue{}}
 }
 
@@ -76,8 +76,8 @@ type Accounts struct {
 	tried map[string]bool
 }
 
-// NewAccounts returns an empty registry; the queues of its accounts run until ctx is done.
-func NewAccounts(ctx context.Context) *Accounts {
+// newAccounts returns an empty registry; the queues of its accounts run until ctx is done.
+func newAccounts(ctx context.Context) *Accounts {
 	return &Accounts{ctx: ctx, byEdge: map[string]*Account{}, records: map[string]map[string]int{}, totals: map[string]int{},
 		failing: map[string]map[string]bool{}, tried: map[string]bool{}}
 }

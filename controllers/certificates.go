@@ -17,12 +17,12 @@ import (
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
-// CertStatus reports in each TenantRoute's status the certificate each of its
+// certStatus reports in each TenantRoute's status the certificate each of its
 // granted hostnames is served with, from the records the proxies write: the proxies
 // hold the certificates and may have no API access, the operator has it. Records
 // change without any Kubernetes event, so they are read every Interval (pipelined,
 // a thousand hostnames a round trip) and status is patched only where it changed.
-type CertStatus struct {
+type certStatus struct {
 	Client   client.Client
 	Book     routes.CertBook
 	Recorder events.EventRecorder
@@ -37,7 +37,7 @@ type CertStatus struct {
 const certStatusQPS = 20
 
 // Start implements manager.Runnable.
-func (s *CertStatus) Start(ctx context.Context) error {
+func (s *certStatus) Start(ctx context.Context) error {
 	log := ctrl.Log.WithName("certificates")
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
@@ -54,12 +54,12 @@ func (s *CertStatus) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one writer of status.
-func (s *CertStatus) NeedLeaderElection() bool { return true }
+func (s *certStatus) NeedLeaderElection() bool { return true }
 
 // certBatch is how many hostnames are read from the book in one round trip.
 const certBatch = 1000
 
-func (s *CertStatus) sync(ctx context.Context, now time.Time) error {
+func (s *certStatus) sync(ctx context.Context, now time.Time) error {
 	if s.limiter == nil {
 		s.limiter = rate.NewLimiter(certStatusQPS, certStatusQPS)
 	}
@@ -145,7 +145,7 @@ func certificatesOf(hosts []string, recs map[string]routes.CertRecord, now time.
 
 // report patches route's certificates when they changed, with an event for what
 // changed: issued, failed, renewal failed.
-func (s *CertStatus) report(ctx context.Context, route *v1.TenantRoute, certs []v1.HostnameCertificate) error {
+func (s *certStatus) report(ctx context.Context, route *v1.TenantRoute, certs []v1.HostnameCertificate) error {
 	if equality.Semantic.DeepEqual(route.Status.Certificates, certs) {
 		return nil
 	}

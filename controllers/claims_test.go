@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 	"github.com/tenantroute/tenantroute-operator/routes"
@@ -243,7 +242,7 @@ func TestCustomDomainsAreRoutedOnlyWithProof(t *testing.T) {
 			return fmt.Errorf("custom domains %+v", tr.Status.CustomDomains)
 		}
 		challenge = tr.Status.CustomDomains[0]
-		return expectCondition(tr.Status.Conditions, v1.ConditionCustomDomainsVerified, metav1.ConditionFalse, controllers.ReasonDomainPending)
+		return expectCondition(tr.Status.Conditions, v1.ConditionCustomDomainsVerified, metav1.ConditionFalse, v1.ReasonDomainPending)
 	})
 	if routed, _ := routedTenant(domain, o.ns); routed != "" {
 		t.Fatalf("routed before any proof, to %s", routed)
@@ -281,7 +280,7 @@ func TestCustomDomainsAreRoutedOnlyWithProof(t *testing.T) {
 	if routed, _ := routedTenant(domain, o.ns); routed != "" {
 		t.Errorf("still routed to %s after the grace period", routed)
 	}
-	if err := expectEvent(o.get("acme"), "TenantRoute", controllers.ReasonDomainUnverified, domain); err != nil {
+	if err := expectEvent(o.get("acme"), "TenantRoute", v1.ReasonDomainUnverified, domain); err != nil {
 		t.Error(err)
 	}
 }
@@ -475,7 +474,7 @@ func TestNamespaceOutsideAZoneSelectorIsForbidden(t *testing.T) {
 		if len(o.cfRecords()[host])+len(o.r53Records()[host]) != 0 {
 			return fmt.Errorf("records still there: cloudflare %v, route53 %v", o.cfRecords()[host], o.r53Records()[host])
 		}
-		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonForbidden)
+		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonForbidden)
 	})
 	if routed, err := routedTenant(host, o.ns, outsider); err != nil || routed != "" {
 		t.Errorf("the proxy routes a forbidden hostname to %q (%v)", routed, err)

@@ -16,8 +16,8 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
 
-// ChallengePrefix names the TXT record that proves control of a custom domain.
-const ChallengePrefix = "_tenantroute-challenge."
+// challengePrefix names the TXT record that proves control of a custom domain.
+const challengePrefix = "_tenantroute-challenge."
 
 // ChallengeValue is a TenantRoute's proof for a custom domain. It derives from the
 // route's UID, so a proof made for one TenantRoute is worthless to any other.
@@ -26,11 +26,11 @@ func ChallengeValue(uid types.UID, domain string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// DomainVerifier checks that the owner of a custom domain proved control: the TXT
+// domainVerifier checks that the owner of a custom domain proved control: the TXT
 // record _tenantroute-challenge.<domain> holds the route's challenge value, and the
 // domain is a CNAME to the target the route's status tells. It asks a DNS resolver
 // directly (miekg/dns), and remembers each answer for Interval.
-type DomainVerifier struct {
+type domainVerifier struct {
 	// Resolver is the DNS server asked, host:port.
 	Resolver string
 	// Interval between two checks of one domain; Grace is how long a domain that
@@ -49,7 +49,7 @@ type verdict struct {
 
 // check returns whether domain is proven for the route, or unknown when the
 // resolver could not say.
-func (v *DomainVerifier) check(ctx context.Context, uid types.UID, domain, target string) verdict {
+func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, target string) verdict {
 	key := string(uid) + "/" + domain + "/" + target
 	v.mu.Lock()
 	if v.cache == nil {
@@ -71,11 +71,11 @@ func (v *DomainVerifier) check(ctx context.Context, uid types.UID, domain, targe
 	return got
 }
 
-func (v *DomainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
+func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	value := ChallengeValue(uid, domain)
-	txt, err := v.query(ctx, ChallengePrefix+domain, dns.TypeTXT)
+	txt, err := v.query(ctx, challengePrefix+domain, dns.TypeTXT)
 	if err != nil {
 		return verdict{unknown: true, message: err.Error()}
 	}
@@ -86,7 +86,7 @@ func (v *DomainVerifier) lookup(ctx context.Context, uid types.UID, domain, targ
 		}
 	}
 	if !found {
-		return verdict{message: fmt.Sprintf("TXT %s%s does not hold %s", ChallengePrefix, domain, value)}
+		return verdict{message: fmt.Sprintf("TXT %s%s does not hold %s", challengePrefix, domain, value)}
 	}
 	cname, err := v.query(ctx, domain, dns.TypeCNAME)
 	if err != nil {
@@ -102,7 +102,7 @@ func (v *DomainVerifier) lookup(ctx context.Context, uid types.UID, domain, targ
 
 // query asks the resolver; a name that does not exist is an empty answer, a failure to
 // get any answer an error.
-func (v *DomainVerifier) query(ctx context.Context, name string, rrtype uint16) ([]dns.RR, error) {
+func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) ([]dns.RR, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), rrtype)
 	m.RecursionDesired = true
@@ -130,7 +130,7 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 	pending := map[string]string{}
 	for i := range custom {
 		c := &custom[i]
-		c.ChallengeName = ChallengePrefix + c.Hostname
+		c.ChallengeName = challengePrefix + c.Hostname
 		c.ChallengeValue = ChallengeValue(route.UID, c.Hostname)
 		c.VerifiedAt = previous[c.Hostname].VerifiedAt
 		if r.Verifier == nil {

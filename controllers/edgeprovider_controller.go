@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers"
-	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
-	"github.com/tenantroute/tenantroute-operator/providers/route53"
+	"github.com/tenantroute/tenantroute-operator/providers/connect"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
@@ -37,17 +37,6 @@ import (
 const (
 	TypeCloudflare = "Cloudflare"
 	TypeRoute53    = "Route53"
-)
-
-// Condition reasons of an EdgeProvider.
-const (
-	ReasonSecretNotFound      = "SecretNotFound"
-	ReasonSecretKeyMissing    = "SecretKeyMissing"
-	ReasonCredentialsAccepted = "CredentialsAccepted"
-	ReasonCredentialsRejected = "CredentialsRejected"
-	ReasonZonesResolved       = "ZonesResolved"
-	ReasonZoneNotFound        = "ZoneNotFound"
-	ReasonProviderUnreachable = "ProviderUnreachable"
 )
 
 // Indexes on EdgeProviders and TenantRoutes.
@@ -123,7 +112,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}()
 
 	ep.Status.Type = providerType(ep)
-	r.Monitor.Watch(ep.Name, checkOf(ep), EdgeHealth(ep))
+	r.Monitor.Watch(ep.Name, checkOf(ep), desired.EdgeHealth(ep))
 	// Transitions set the gauge too; this sets it on a new leader, which inherits the
 	// health from the status and sees no transition while an edge stays down.
 	h, _ := r.Monitor.Health(ep.Name)
@@ -131,7 +120,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) == nil {
 		setHealth(ep, edge.Unknown, edge.Probe{})
 	}
-	creds, reason, err := r.credentials(ctx, ep)
+	creds, reason, err := connect.ReadCredentials(ctx, r.getSecret, r.Namespace, ep)
 	switch {
 	case err != nil && reason == "":
 		// Reading the Secret failed for a passing reason: keep the account, retry.
@@ -143,7 +132,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// The Secret watch brings the EdgeProvider back when the Secret appears.
 		return ctrl.Result{}, nil
 	}
-	return r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.version))
+	return r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.Version))
 }
 
 // connect makes sure the EdgeProvider has an account built from its current spec and
@@ -151,16 +140,16 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // did not change is kept, queues and pending work included: only zones that did not
 // resolve yet are tried again, and once all did, the credentials are checked at the
 // Revalidate pace.
-func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvider, creds credentials, fingerprint string) (ctrl.Result, error) {
+func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvider, creds connect.Credentials, fingerprint string) (ctrl.Result, error) {
 	acct := r.Accounts.Get(ep.Name)
 	fresh := acct == nil || acct.Fingerprint != fingerprint
 	if fresh {
-		p, err := r.newProvider(ctx, ep, creds)
+		p, err := connect.New(ctx, ep, creds, observeProvider(ep.Name))
 		if err != nil {
-			r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected, err.Error())
+			r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, v1.ReasonCredentialsRejected, err.Error())
 			return ctrl.Result{}, reconcile.TerminalError(err)
 		}
-		acct = NewAccount(ep.Name, fingerprint, providers.NewCached(p, r.ZoneResync))
+		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, r.ZoneResync))
 	}
 	var missing, unreachable []string
 	var rejected error
@@ -202,7 +191,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		// incident), and dropping the queues would stall the failovers and deletions in
 		// them until the next revalidation. The queues retry their own calls with
 		// backoff; the credentials are checked again with backoff too.
-		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, ReasonCredentialsRejected,
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, v1.ReasonCredentialsRejected,
 			"the provider refused the credentials: "+rejected.Error())
 		if r.Accounts.Get(ep.Name) == nil {
 			meta.RemoveStatusCondition(&ep.Status.Conditions, v1.ConditionZonesReady)
@@ -223,18 +212,18 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		}
 	}
 	if len(queues) > 0 {
-		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, ReasonCredentialsAccepted, "the provider accepted the credentials")
+		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, v1.ReasonCredentialsAccepted, "the provider accepted the credentials")
 	}
 	switch {
 	case len(unreachable) > 0:
-		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionUnknown, ReasonProviderUnreachable,
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionUnknown, v1.ReasonProviderUnreachable,
 			"could not reach the provider to resolve zones: "+strings.Join(unreachable, "; "))
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	case len(missing) > 0:
-		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, ReasonZoneNotFound,
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneNotFound,
 			"zones not found at the provider: "+strings.Join(missing, "; "))
 	default:
-		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, ReasonZonesResolved,
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, v1.ReasonZonesResolved,
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
@@ -277,6 +266,12 @@ func (r *EdgeProviderReconciler) setCondition(ep *v1.EdgeProvider, typ string, s
 	r.Recorder.Eventf(ep, nil, eventType, reason, typ, "%s", message)
 }
 
+// getSecret reads a Secret from the cache, for connect.ReadCredentials.
+func (r *EdgeProviderReconciler) getSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	return secret, r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, secret)
+}
+
 func providerType(ep *v1.EdgeProvider) string {
 	if ep.Spec.Cloudflare != nil {
 		return TypeCloudflare
@@ -284,113 +279,12 @@ func providerType(ep *v1.EdgeProvider) string {
 	return TypeRoute53
 }
 
-// credentials are what a provider client is built from; never logged.
-type credentials struct {
-	token                           string
-	accessKeyID, secretKey, session string
-	version                         string // Secret resourceVersion ("" without a Secret)
-}
-
-// credentials reads the EdgeProvider's Secret.
-func (r *EdgeProviderReconciler) credentials(ctx context.Context, ep *v1.EdgeProvider) (credentials, string, error) {
-	return readCredentials(ctx, r.Client, r.Namespace, ep)
-}
-
-// readCredentials reads an EdgeProvider's Secret from namespace. The values never
-// leave the struct: conditions and events name the Secret and key, not their content.
-// The reason is set when the Secret itself is wrong (missing, or a key missing).
-func readCredentials(ctx context.Context, c client.Reader, namespace string, ep *v1.EdgeProvider) (credentials, string, error) {
-	name, keys := secretRef(ep)
-	if name == "" {
-		return credentials{}, "", nil // Route53 default credential chain
-	}
-	secret := &corev1.Secret{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return credentials{}, ReasonSecretNotFound, fmt.Errorf("secret %s/%s not found", namespace, name)
-		}
-		return credentials{}, "", fmt.Errorf("reading secret %s/%s: %w", namespace, name, err)
-	}
-	var missing []string
-	value := func(key string, required bool) string {
-		v := strings.TrimSpace(string(secret.Data[key]))
-		if v == "" && required {
-			missing = append(missing, key)
-		}
-		return v
-	}
-	creds := credentials{version: secret.ResourceVersion}
-	if ep.Spec.Cloudflare != nil {
-		creds.token = value(keys[0], true)
-	} else {
-		creds.accessKeyID, creds.secretKey, creds.session = value(keys[0], true), value(keys[1], true), value(keys[2], false)
-	}
-	if len(missing) > 0 {
-		return credentials{}, ReasonSecretKeyMissing, fmt.Errorf("secret %s/%s has no key %s", namespace, name, strings.Join(missing, ", "))
-	}
-	return creds, "", nil
-}
-
-// Keys of a Route53 credentials Secret.
-const (
-	SecretKeyAccessKeyID     = "access-key-id"
-	SecretKeySecretAccessKey = "secret-access-key"
-	SecretKeySessionToken    = "session-token"
-)
-
-// secretRef is the name of the EdgeProvider's Secret and the keys read from it.
-func secretRef(ep *v1.EdgeProvider) (string, []string) {
-	switch {
-	case ep.Spec.Cloudflare != nil:
-		key := ep.Spec.Cloudflare.APITokenSecretRef.Key
-		if key == "" {
-			key = "token"
-		}
-		return ep.Spec.Cloudflare.APITokenSecretRef.Name, []string{key}
-	case ep.Spec.Route53 != nil && ep.Spec.Route53.CredentialsSecretRef != nil:
-		return ep.Spec.Route53.CredentialsSecretRef.Name, []string{SecretKeyAccessKeyID, SecretKeySecretAccessKey, SecretKeySessionToken}
-	}
-	return "", nil
-}
-
-func (r *EdgeProviderReconciler) newProvider(ctx context.Context, ep *v1.EdgeProvider, c credentials) (providers.Provider, error) {
-	return newProvider(ctx, ep, c, observeProvider(ep.Name))
-}
-
-// Connect builds the provider client of an EdgeProvider from its Secret in namespace,
-// as the operator does, for tools that read the providers (kubectl tenantroute).
-func Connect(ctx context.Context, c client.Reader, namespace string, ep *v1.EdgeProvider) (providers.Provider, error) {
-	creds, _, err := readCredentials(ctx, c, namespace, ep)
-	if err != nil {
-		return nil, err
-	}
-	return newProvider(ctx, ep, creds, nil)
-}
-
-func newProvider(ctx context.Context, ep *v1.EdgeProvider, c credentials, observe func(operation, code string)) (providers.Provider, error) {
-	if cfg := ep.Spec.Cloudflare; cfg != nil {
-		o := cloudflare.Options{Name: ep.Name, APIToken: c.token, BaseURL: cfg.BaseURL, BatchSize: int(cfg.BatchSize),
-			Observe: observe}
-		if cfg.RateLimit != nil {
-			o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
-		}
-		return cloudflare.New(o), nil
-	}
-	cfg := ep.Spec.Route53
-	o := route53.Options{Name: ep.Name, Region: cfg.Region, Endpoint: cfg.Endpoint, AccessKeyID: c.accessKeyID,
-		SecretAccessKey: c.secretKey, SessionToken: c.session, Observe: observe}
-	if cfg.RateLimit != nil {
-		o.RateLimit, o.RateWindow = int(cfg.RateLimit.Requests), cfg.RateLimit.Period.Duration
-	}
-	return route53.New(ctx, o)
-}
-
 // SetupWithManager registers the reconciler; Secrets in the operator's namespace map
 // to the EdgeProviders that name them.
 func (r *EdgeProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1.EdgeProvider{}, indexSecret,
 		func(o client.Object) []string {
-			if name, _ := secretRef(o.(*v1.EdgeProvider)); name != "" {
+			if name, _ := connect.SecretRef(o.(*v1.EdgeProvider)); name != "" {
 				return []string{name}
 			}
 			return nil

@@ -14,12 +14,7 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/providers"
-)
-
-// Reasons of an EdgeProvider being deleted.
-const (
-	ReasonDeletingRecords = "DeletingRecords"
-	ReasonRecordsDeleted  = "RecordsDeleted"
+	"github.com/tenantroute/tenantroute-operator/providers/connect"
 )
 
 // reconcileDelete deletes every record this installation wrote in the EdgeProvider's
@@ -39,19 +34,19 @@ func (r *EdgeProviderReconciler) reconcileDelete(ctx context.Context, ep *v1.Edg
 		}
 		if blocked != "" {
 			if r.announce(ep.Name, blocked) {
-				r.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, ReasonDeletionBlocked, "DeleteRecords", "%s", blocked)
+				r.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", blocked)
 			}
 			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 		}
 		if left > 0 {
 			if r.announce(ep.Name, "deleting") {
-				r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonDeletingRecords, "DeleteRecords",
+				r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, v1.ReasonDeletingRecords, "DeleteRecords",
 					"deleting the records of %d TenantRoutes from its zones", left)
 			}
 			// The queues do not report to this controller: look again shortly.
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 		}
-		r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonRecordsDeleted, "DeleteRecords", "no record of this operator is left in its zones")
+		r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, v1.ReasonRecordsDeleted, "DeleteRecords", "no record of this operator is left in its zones")
 	}
 	// The account goes only once the finalizer is: a failed update (a conflict with a
 	// status write) is retried, and the retry needs the account to check again.
@@ -75,8 +70,8 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 	if acct == nil {
 		// Deleted while the operator was down, or since it restarted: build the account
 		// from its Secret first.
-		if creds, reason, err := r.credentials(ctx, ep); err == nil && reason == "" {
-			if _, err := r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.version)); err != nil {
+		if creds, reason, err := connect.ReadCredentials(ctx, r.getSecret, r.Namespace, ep); err == nil && reason == "" {
+			if _, err := r.connect(ctx, ep, creds, fmt.Sprintf("%d/%s", ep.Generation, creds.Version)); err != nil {
 				log.FromContext(ctx).Error(err, "connecting to delete the EdgeProvider's records")
 			}
 			acct = r.Accounts.Get(ep.Name)

@@ -46,7 +46,7 @@ func (s *eventSink) newWave() { s.wave.Store(s.perWave) }
 // Eventf implements events.EventRecorder.
 func (s *eventSink) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
 	if _, route := regarding.(*v1.TenantRoute); route {
-		if (reason == ReasonEdgeFailedOver || reason == ReasonEdgeFailedBack) && s.wave.Add(-1) < 0 {
+		if (reason == v1.ReasonFailedOver || reason == v1.ReasonFailedBack) && s.wave.Add(-1) < 0 {
 			eventsSkipped.WithLabelValues(reason, "failover").Inc()
 			return
 		}

@@ -22,18 +22,6 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
-// Reasons of the health and failover conditions and events.
-const (
-	ReasonProbeSucceeded    = "ProbeSucceeded"
-	ReasonProbeFailed       = "ProbeFailed"
-	ReasonNotProbed         = "NotProbedYet"
-	ReasonEdgeFailedOver    = "FailedOver"
-	ReasonEdgeFailedBack    = "FailedBack"
-	ReasonActiveEdgeChanged = "ActiveEdgeChanged"
-	ReasonEdgeUnhealthy     = "EdgeUnhealthy"
-	ReasonFailStaticEvent   = "FailStatic"
-)
-
 // Failover turns edge health transitions into record rewrites. On a transition it
 // plans every TenantRoute of the edge from the cache at once, hands their records to
 // the apply queues and has the queues flush immediately, before any status is
@@ -54,8 +42,8 @@ type Failover struct {
 	newWave func()
 }
 
-// NewFailover returns the failover handler; it runs as a leader-elected runnable.
-func NewFailover(c client.Client, recorder events.EventRecorder, routes *TenantRouteReconciler, accounts *Accounts, monitor *edge.Monitor) *Failover {
+// newFailover returns the failover handler; it runs as a leader-elected runnable.
+func newFailover(c client.Client, recorder events.EventRecorder, routes *TenantRouteReconciler, accounts *Accounts, monitor *edge.Monitor) *Failover {
 	return &Failover{Client: c, Recorder: recorder, Routes: routes, Accounts: accounts, Monitor: monitor,
 		transitions: make(chan edge.Transition, 256), Heartbeat: 5 * time.Minute}
 }
@@ -100,10 +88,10 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 	if err := f.Get(ctx, client.ObjectKey{Name: t.Edge}, ep); err == nil {
 		switch {
 		case t.To == edge.Unhealthy:
-			f.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "HealthCheck",
+			f.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, v1.ReasonFailedOver, "HealthCheck",
 				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
 		case t.From == edge.Unhealthy:
-			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "HealthCheck",
+			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, v1.ReasonFailedBack, "HealthCheck",
 				"edge is healthy again (%s): %d of its %d TenantRoutes move back%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
 		default:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, string(t.To), "HealthCheck", "edge is %s (%s)", t.To, t.Probe.Message)
@@ -195,11 +183,11 @@ func setHealth(ep *v1.EdgeProvider, state edge.State, p edge.Probe) {
 	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: p.Message}
 	switch state {
 	case edge.Healthy:
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonProbeSucceeded
+		cond.Status, cond.Reason = metav1.ConditionTrue, v1.ReasonProbeSucceeded
 	case edge.Unhealthy:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProbeFailed
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1.ReasonProbeFailed
 	default:
-		cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonNotProbed
+		cond.Status, cond.Reason = metav1.ConditionUnknown, v1.ReasonNotProbed
 		if cond.Message == "" {
 			cond.Message = "no health decision yet"
 		}
@@ -358,54 +346,54 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	if old != "" && old != plan.active {
 		now := metav1.Now()
 		switch {
-		case plan.reason == ReasonFailedOver && !r.edgeUsable(plan, old):
-			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonEdgeFailedOver, "Failover",
+		case plan.reason == v1.ReasonFailedOver && !r.edgeUsable(plan, old):
+			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonFailedOver, "Failover",
 				"traffic moved from %s to %s: %s", old, plan.active, why(old))
 			route.Status.LastFailoverTime = &now
 			failovers.WithLabelValues(old, plan.active).Inc()
-		case plan.reason == ReasonPreferred && plan.active == preferred:
-			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonEdgeFailedBack, "Failover",
+		case plan.reason == v1.ReasonPreferred && plan.active == preferred:
+			rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonFailedBack, "Failover",
 				"traffic moved back from %s to %s: %s", old, plan.active, why(plan.active))
 			route.Status.LastFailoverTime = &now
 			failovers.WithLabelValues(old, plan.active).Inc()
 		default:
-			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonActiveEdgeChanged, "Failover",
+			rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonActiveEdgeChanged, "Failover",
 				"active edge changed from %s to %s (%s)", old, plan.active, plan.reason)
 		}
 	}
 
 	switch {
-	case plan.reason == ReasonPinnedMissing:
-		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinnedMissing),
+	case plan.reason == v1.ReasonPinnedEdgeMissing:
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinnedEdgeMissing,
 			fmt.Sprintf("failover.pinnedEdge %s does not exist: traffic stays on %s", route.Spec.Failover.PinnedEdge, plan.active))
-	case plan.reason == ReasonPinned:
+	case plan.reason == v1.ReasonPinned:
 		message := "failover.mode is Manual: traffic stays on " + plan.active
 		if reason := route.Spec.Failover.Reason; reason != "" {
 			message += " (" + reason + ")"
 		}
-		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPinned), message)
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinned, message)
 	case plan.active != preferred:
-		set(v1.ConditionFailedOver, metav1.ConditionTrue, ReasonEdgeFailedOver,
+		set(v1.ConditionFailedOver, metav1.ConditionTrue, v1.ReasonFailedOver,
 			fmt.Sprintf("traffic is on %s because %s", plan.active, why(preferred)))
 	default:
-		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(ReasonPreferred), "traffic is on the preferred edge "+preferred)
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPreferred, "traffic is on the preferred edge "+preferred)
 	}
 
-	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, plan.reason == ReasonFailStatic)
+	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, plan.reason == v1.ReasonFailStatic)
 	oldHealthy := previousCondition(route.Status.Conditions, v1.ConditionEdgeHealthy)
 	switch h := r.health(plan.edges[plan.active]); {
-	case plan.reason == ReasonFailStatic:
+	case plan.reason == v1.ReasonFailStatic:
 		message := fmt.Sprintf("no edge is healthy: records stay on %s (fail static)", plan.active)
-		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonFailStaticEvent, message)
-		if oldHealthy == nil || oldHealthy.Reason != ReasonFailStaticEvent {
-			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonFailStaticEvent, "Failover", "%s", message)
+		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, v1.ReasonFailStatic, message)
+		if oldHealthy == nil || oldHealthy.Reason != v1.ReasonFailStatic {
+			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonFailStatic, "Failover", "%s", message)
 		}
 	case h == edge.Healthy:
-		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, plan.active+" passes its health check")
+		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, v1.ReasonProbeSucceeded, plan.active+" passes its health check")
 	case h == edge.Unhealthy:
-		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, ReasonEdgeUnhealthy, why(plan.active))
+		set(v1.ConditionEdgeHealthy, metav1.ConditionFalse, v1.ReasonEdgeUnhealthy, why(plan.active))
 	default:
-		set(v1.ConditionEdgeHealthy, metav1.ConditionUnknown, ReasonNotProbed, plan.active+" has not been probed yet")
+		set(v1.ConditionEdgeHealthy, metav1.ConditionUnknown, v1.ReasonNotProbed, plan.active+" has not been probed yet")
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
 )
 
 const awsActive = "CNAME " + awsEdgeTarget
@@ -105,15 +104,15 @@ func TestFailoverAndFailback(t *testing.T) {
 			if tr.Status.ActiveEdge != o.awsEdge || tr.Status.LastFailoverTime == nil {
 				return fmt.Errorf("%s: active %s, lastFailoverTime %v", name, tr.Status.ActiveEdge, tr.Status.LastFailoverTime)
 			}
-			if err := expectCondition(tr.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionTrue, controllers.ReasonEdgeFailedOver); err != nil {
+			if err := expectCondition(tr.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionTrue, v1.ReasonFailedOver); err != nil {
 				return err
 			}
-			if err := expectEvent(tr, "TenantRoute", controllers.ReasonEdgeFailedOver, "from "+o.cfEdge+" to "+o.awsEdge); err != nil {
+			if err := expectEvent(tr, "TenantRoute", v1.ReasonFailedOver, "from "+o.cfEdge+" to "+o.awsEdge); err != nil {
 				return err
 			}
 		}
 		ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
-		return expectEvent(ep, "EdgeProvider", controllers.ReasonEdgeFailedOver, "3 of its 3 TenantRoutes")
+		return expectEvent(ep, "EdgeProvider", v1.ReasonFailedOver, "3 of its 3 TenantRoutes")
 	})
 
 	// It recovers: after 2 good probes and the 2 s hold-down, traffic fails back, once.
@@ -128,15 +127,15 @@ func TestFailoverAndFailback(t *testing.T) {
 		if err := expectCondition(tr.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, ""); err != nil {
 			return err
 		}
-		return expectEvent(tr, "TenantRoute", controllers.ReasonEdgeFailedBack, "back from "+o.awsEdge+" to "+o.cfEdge)
+		return expectEvent(tr, "TenantRoute", v1.ReasonFailedBack, "back from "+o.awsEdge+" to "+o.cfEdge)
 	})
 	time.Sleep(3 * time.Second) // a second failback would come within a few probes
 	for _, name := range []string{"r0", "r1", "r2"} {
 		tr := o.get(name)
-		if n := countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedBack); n != 1 {
+		if n := countEvents(tr, "TenantRoute", v1.ReasonFailedBack); n != 1 {
 			t.Errorf("%s: %d FailedBack events, want 1", name, n)
 		}
-		if n := countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedOver); n != 1 {
+		if n := countEvents(tr, "TenantRoute", v1.ReasonFailedOver); n != 1 {
 			t.Errorf("%s: %d FailedOver events, want 1", name, n)
 		}
 	}
@@ -158,19 +157,19 @@ func TestStaleReadsAnnounceEachMoveOnce(t *testing.T) {
 	o.cfUp.Store(false)
 	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, "a.auth.example.com") })
 	eventually(t, 10*time.Second, func() error {
-		return expectEvent(o.get("r0"), "TenantRoute", controllers.ReasonEdgeFailedOver, "to "+o.awsEdge)
+		return expectEvent(o.get("r0"), "TenantRoute", v1.ReasonFailedOver, "to "+o.awsEdge)
 	})
 	o.cfUp.Store(true)
 	eventually(t, 20*time.Second, func() error { return o.pointAt(onCloudflare, "a.auth.example.com") })
 	eventually(t, 10*time.Second, func() error {
-		return expectEvent(o.get("r0"), "TenantRoute", controllers.ReasonEdgeFailedBack, "to "+o.cfEdge)
+		return expectEvent(o.get("r0"), "TenantRoute", v1.ReasonFailedBack, "to "+o.cfEdge)
 	})
 	time.Sleep(3 * time.Second) // later reconciles of the route, reading one write behind
 	tr := o.get("r0")
 	if tr.Status.ActiveEdge != o.cfEdge {
 		t.Errorf("active edge %s, want %s", tr.Status.ActiveEdge, o.cfEdge)
 	}
-	for _, reason := range []string{controllers.ReasonEdgeFailedOver, controllers.ReasonEdgeFailedBack} {
+	for _, reason := range []string{v1.ReasonFailedOver, v1.ReasonFailedBack} {
 		if n := countEvents(tr, "TenantRoute", reason); n != 1 {
 			t.Errorf("%d %s events, want 1", n, reason)
 		}
@@ -197,7 +196,7 @@ func TestFlappingEdgeCausesNoRewrites(t *testing.T) {
 		t.Errorf("a flapping edge caused %d record writes", w-before)
 	}
 	tr := o.get("r0")
-	if tr.Status.ActiveEdge != o.cfEdge || countEvents(tr, "TenantRoute", controllers.ReasonEdgeFailedOver) != 0 {
+	if tr.Status.ActiveEdge != o.cfEdge || countEvents(tr, "TenantRoute", v1.ReasonFailedOver) != 0 {
 		t.Errorf("a flapping edge moved traffic: active %s", tr.Status.ActiveEdge)
 	}
 	if err := o.pointAt(onCloudflare, "a.auth.example.com"); err != nil {
@@ -216,10 +215,10 @@ func TestBothEdgesDownFailStatic(t *testing.T) {
 	o.waitHealth(o.cfEdge, metav1.ConditionFalse)
 	eventually(t, 10*time.Second, func() error {
 		tr := o.get("r0")
-		if err := expectCondition(tr.Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, controllers.ReasonFailStaticEvent); err != nil {
+		if err := expectCondition(tr.Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, v1.ReasonFailStatic); err != nil {
 			return err
 		}
-		return expectEvent(tr, "TenantRoute", controllers.ReasonFailStaticEvent, "records stay on "+o.cfEdge)
+		return expectEvent(tr, "TenantRoute", v1.ReasonFailStatic, "records stay on "+o.cfEdge)
 	})
 	if err := o.pointAt(onCloudflare, "a.auth.example.com"); err != nil {
 		t.Errorf("records moved although no edge is healthy: %v", err)
@@ -242,10 +241,10 @@ func TestManualPinIgnoresHealth(t *testing.T) {
 	o.awsUp.Store(false)
 	o.waitHealth(o.awsEdge, metav1.ConditionFalse)
 	eventually(t, 10*time.Second, func() error {
-		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, controllers.ReasonEdgeUnhealthy)
+		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionEdgeHealthy, metav1.ConditionFalse, v1.ReasonEdgeUnhealthy)
 	})
 	got := o.get("r0")
-	if err := expectCondition(got.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, string(controllers.ReasonPinned)); err != nil {
+	if err := expectCondition(got.Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinned); err != nil {
 		t.Error(err)
 	}
 	if err := o.pointAt(onAWS, "a.auth.example.com"); err != nil {
@@ -258,7 +257,7 @@ func TestManualPinIgnoresHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() error {
-		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonProviderError)
+		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonProviderError)
 	})
 	time.Sleep(3 * time.Second) // a deletion would follow within the coalescing window
 	if got := o.cfRecords()["a.auth.example.com"]; len(got) != 1 || got[0] != awsActive {
@@ -291,7 +290,7 @@ func TestA403DoesNotStopTheFailoverThatFollows(t *testing.T) {
 	}
 	ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
 	eventually(t, 10*time.Second, func() error {
-		return expectEvent(ep, "EdgeProvider", controllers.ReasonCredentialsRejected, "refused")
+		return expectEvent(ep, "EdgeProvider", v1.ReasonCredentialsRejected, "refused")
 	})
 
 	o.cfUp.Store(false)
@@ -300,6 +299,6 @@ func TestA403DoesNotStopTheFailoverThatFollows(t *testing.T) {
 		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
 			return err
 		}
-		return expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, controllers.ReasonCredentialsAccepted)
+		return expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, v1.ReasonCredentialsAccepted)
 	})
 }

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/internal/kubectlplugin"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 )
@@ -134,13 +134,13 @@ func TestKubectlPlugin(t *testing.T) {
 
 	// -A lists the records of a TenantRoute that no longer exists.
 	if _, err := o.cf.AddRecord(o.cfZone, cfemulator.Record{Name: "ghost.auth.example.com", Type: "CNAME", TTL: 60,
-		Content: "edge-aws.example.net", Comment: "tenantroute:" + controllers.OwnerKey(o.id, o.ns, "ghost")}); err != nil {
+		Content: "edge-aws.example.net", Comment: "tenantroute:" + desired.OwnerKey(o.id, o.ns, "ghost")}); err != nil {
 		t.Fatal(err)
 	}
 	out = plugin(0, "plan", "-A", "-l", "test="+o.id)
 	mustMatch(out,
 		`(?m)^Records of deleted TenantRoutes$`,
-		`(?m)^  - `+o.cfEdge+`/auth\.example\.com: delete ghost\.auth\.example\.com CNAME 60 edge-aws\.example\.net \(owner `+regexp.QuoteMeta(controllers.OwnerKey(o.id, o.ns, "ghost"))+` no longer exists\)$`)
+		`(?m)^  - `+o.cfEdge+`/auth\.example\.com: delete ghost\.auth\.example\.com CNAME 60 edge-aws\.example\.net \(owner `+regexp.QuoteMeta(desired.OwnerKey(o.id, o.ns, "ghost"))+` no longer exists\)$`)
 
 	// pin: the route moves to the AWS edge whatever health says, the reason recorded.
 	if out := plugin(1, "pin", "acme", "nowhere"); out != "" {
@@ -151,7 +151,7 @@ func TestKubectlPlugin(t *testing.T) {
 		if got := o.cfRecords()["acme.auth.example.com"]; len(got) != 1 || got[0] != "CNAME "+awsEdgeTarget {
 			return fmt.Errorf("cloudflare: %v", got)
 		}
-		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, string(controllers.ReasonPinned))
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinned)
 	})
 	if f := o.get("acme").Spec.Failover; f == nil || f.Mode != v1.FailoverManual || f.PinnedEdge != o.awsEdge || f.Reason != "Cloudflare maintenance CHG-1234" {
 		t.Errorf("spec.failover after pin: %+v", f)

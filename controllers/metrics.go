@@ -8,9 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/edge"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 var (

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
@@ -15,11 +16,11 @@ import (
 // delete them. A route created again under the same name is another object and is
 // served.
 func TestRetiredRoutesGetNoRecords(t *testing.T) {
-	r := &TenantRouteReconciler{Accounts: NewAccounts(context.Background())}
+	r := &TenantRouteReconciler{Accounts: newAccounts(context.Background())}
 	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "uid-1"},
 		Spec: v1.TenantRouteSpec{Edges: []string{"cf"}}}
 	plan := &routePlan{edges: map[string]*v1.EdgeProvider{"cf": {}}, active: "cf",
-		zones: []ZoneRecords{{Edge: "cf", Zone: "example.com", Records: []providers.Record{{Name: "r.example.com", Type: "CNAME"}}}}}
+		zones: []desired.ZoneRecords{{Edge: "cf", Zone: "example.com", Records: []providers.Record{{Name: "r.example.com", Type: "CNAME"}}}}}
 	const owner = "default/ns/r"
 	if states := r.declareRecords(route, owner, plan, nil); len(states) == 0 {
 		t.Fatal("a live route declared nothing")

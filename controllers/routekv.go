@@ -25,13 +25,13 @@ import (
 // RouteKVReconciler keeps the shared KV (Redis) that standalone proxies read filled
 // with the route of every granted hostname as TenantRoutes change. Redis being down
 // delays this, never routing: the proxies fall through to the lookup endpoint. What a
-// change missed (Redis down, a restart) the periodic KVSync repairs.
+// change missed (Redis down, a restart) the periodic kvSync repairs.
 type RouteKVReconciler struct {
 	client.Client
 	KV routes.KV
 	// Source says which route each hostname leads to.
 	Source routes.Source
-	// Mu is held by a reconcile and by a whole KVSync run, so that a sync cannot
+	// Mu is held by a reconcile and by a whole kvSync run, so that a sync cannot
 	// write back a route a reconcile just changed or deleted.
 	Mu *sync.Mutex
 }
@@ -122,12 +122,12 @@ func leadsElsewhere() predicate.Predicate {
 	}}
 }
 
-// KVSync writes every granted hostname's route to the KV again and deletes every
+// kvSync writes every granted hostname's route to the KV again and deletes every
 // route key no TenantRoute grants, whoever wrote it: on start (it runs on the leader,
 // so on becoming leader too) and every Interval, which must be well below the
 // entries' TTL. A route deleted while Redis was down is gone from Redis within one
 // interval after it is back.
-type KVSync struct {
+type kvSync struct {
 	Reader   client.Reader
 	Source   routes.Source
 	KV       routes.KV
@@ -136,7 +136,7 @@ type KVSync struct {
 }
 
 // Start implements manager.Runnable.
-func (s *KVSync) Start(ctx context.Context) error {
+func (s *kvSync) Start(ctx context.Context) error {
 	log := ctrl.Log.WithName("kvsync")
 	kvSyncs.WithLabelValues("ok")
 	kvSyncs.WithLabelValues("error")
@@ -162,9 +162,9 @@ func (s *KVSync) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (s *KVSync) NeedLeaderElection() bool { return true }
+func (s *kvSync) NeedLeaderElection() bool { return true }
 
-func (s *KVSync) sync(ctx context.Context) (int, error) {
+func (s *kvSync) sync(ctx context.Context) (int, error) {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	var list v1.TenantRouteList // read in place, not copied: only the granted hostnames are read

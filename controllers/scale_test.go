@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
@@ -172,7 +172,7 @@ func minimumWrites(o *operator, n int) (int, int) {
 	}
 	var creates []providers.Change
 	for i := range n {
-		owner := controllers.OwnerKey(o.id, o.ns, fmt.Sprintf("r%04d", i))
+		owner := desired.OwnerKey(o.id, o.ns, fmt.Sprintf("r%04d", i))
 		rec := providers.Record{Name: hostname(i), Type: "CNAME", TTL: 60, Owner: owner, Values: []string{hostname(i) + ".cdn.cloudflare.net"}}
 		creates = append(creates, providers.Change{Action: providers.Create, New: &rec})
 	}

@@ -83,7 +83,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		o.Revalidate = 10 * time.Minute
 	}
 	o.Queue.Resync = o.ZoneResync
-	accounts := NewAccounts(ctx)
+	accounts := newAccounts(ctx)
 	sink := newEventSink(mgr.GetEventRecorder("tenantroute-operator"), cmp.Or(o.EventQPS, DefaultEventQPS),
 		cmp.Or(o.EventBurst, DefaultEventBurst), cmp.Or(o.FailoverEvents, DefaultFailoverEvents))
 	var recorder events.EventRecorder = sink
@@ -96,10 +96,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		PendingGrace: cmp.Or(o.Queue.MaxWait, zonequeue.DefaultMaxWait) + 5*time.Second,
 	}
 	if o.DNSResolver != "" {
-		tenantRoutes.Verifier = &DomainVerifier{Resolver: o.DNSResolver,
+		tenantRoutes.Verifier = &domainVerifier{Resolver: o.DNSResolver,
 			Interval: cmp.Or(o.CustomDomainInterval, time.Minute), Grace: cmp.Or(o.CustomDomainGrace, time.Hour)}
 	}
-	failover := NewFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
+	failover := newFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
 	failover.newWave = sink.newWave
 	monitor.OnTransition = failover.OnTransition
 	monitor.OnProbe = observeProbe
@@ -129,7 +129,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		return fmt.Errorf("setting up the Region controller: %w", err)
 	}
 	if o.CertBook != nil {
-		if err := mgr.Add(&CertStatus{Client: mgr.GetClient(), Book: o.CertBook, Recorder: recorder,
+		if err := mgr.Add(&certStatus{Client: mgr.GetClient(), Book: o.CertBook, Recorder: recorder,
 			Interval: cmp.Or(o.CertStatusInterval, time.Minute)}); err != nil {
 			return fmt.Errorf("adding the certificate status reporter: %w", err)
 		}
@@ -142,7 +142,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		if o.KVSyncInterval <= 0 {
 			o.KVSyncInterval = max(time.Second, cmp.Or(o.RedisKV.TTL, routes.DefaultEntryTTL)/3)
 		}
-		if err := mgr.Add(&KVSync{Reader: mgr.GetClient(), Source: source, KV: *o.RedisKV, Interval: o.KVSyncInterval, Mu: &mu}); err != nil {
+		if err := mgr.Add(&kvSync{Reader: mgr.GetClient(), Source: source, KV: *o.RedisKV, Interval: o.KVSyncInterval, Mu: &mu}); err != nil {
 			return fmt.Errorf("adding the Redis synchroniser: %w", err)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
@@ -155,7 +154,7 @@ func TestFailoverEventsAreSummarised(t *testing.T) {
 	}
 	o.waitReady(names...)
 	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
-	skippedBefore := metricValue(t, "tenantroute_events_skipped_total", map[string]string{"reason": controllers.ReasonEdgeFailedOver, "cause": "failover"})
+	skippedBefore := metricValue(t, "tenantroute_events_skipped_total", map[string]string{"reason": v1.ReasonFailedOver, "cause": "failover"})
 
 	o.cfUp.Store(false)
 	eventually(t, 30*time.Second, func() error {
@@ -165,17 +164,17 @@ func TestFailoverEventsAreSummarised(t *testing.T) {
 			}
 		}
 		ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
-		return expectEvent(ep, "EdgeProvider", controllers.ReasonEdgeFailedOver, "5 of its 5 TenantRoutes move to another edge (per-route events for the first 2)")
+		return expectEvent(ep, "EdgeProvider", v1.ReasonFailedOver, "5 of its 5 TenantRoutes move to another edge (per-route events for the first 2)")
 	})
 	time.Sleep(2 * time.Second) // any late event would land by now
 	withEvent := 0
 	for _, n := range names {
-		withEvent += countEvents(o.get(n), "TenantRoute", controllers.ReasonEdgeFailedOver)
+		withEvent += countEvents(o.get(n), "TenantRoute", v1.ReasonFailedOver)
 	}
 	if withEvent != 2 {
 		t.Errorf("%d routes got a FailedOver event; want the first 2", withEvent)
 	}
-	if skipped := metricValue(t, "tenantroute_events_skipped_total", map[string]string{"reason": controllers.ReasonEdgeFailedOver, "cause": "failover"}) - skippedBefore; skipped != 3 {
+	if skipped := metricValue(t, "tenantroute_events_skipped_total", map[string]string{"reason": v1.ReasonFailedOver, "cause": "failover"}) - skippedBefore; skipped != 3 {
 		t.Errorf("tenantroute_events_skipped_total{FailedOver,failover} grew by %v; want 3", skipped)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
+	"github.com/tenantroute/tenantroute-operator/providers/connect"
 	r53emulator "github.com/tenantroute/tenantroute-operator/providers/route53/emulator"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 	"github.com/tenantroute/tenantroute-operator/routes"
@@ -173,7 +174,7 @@ func newOperator(t testing.TB, id string) *operator {
 	}
 	o.create(o.cfSecret())
 	o.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-credentials", Namespace: o.opNS},
-		StringData: map[string]string{controllers.SecretKeyAccessKeyID: awsKeyID, controllers.SecretKeySecretAccessKey: awsSecret}})
+		StringData: map[string]string{connect.SecretKeyAccessKeyID: awsKeyID, connect.SecretKeySecretAccessKey: awsSecret}})
 	o.create(&v1.Region{ObjectMeta: o.meta(o.region), Spec: v1.RegionSpec{Backends: []v1.Backend{{URL: "http://127.0.0.1:1"}}}})
 	o.create(o.cloudflareEdge())
 	o.create(&v1.EdgeProvider{ObjectMeta: o.meta(o.awsEdge), Spec: v1.EdgeProviderSpec{

@@ -18,16 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
-)
-
-// Reasons of a TenantRoute being deleted.
-const (
-	ReasonDeleting        = "Deleting"
-	ReasonDeletionBlocked = "DeletionBlocked"
-	// ReasonDeletionAbandoned: the deletion completed after DeletionTimeout without
-	// every provider's confirmation.
-	ReasonDeletionAbandoned = "DeletionAbandoned"
 )
 
 // reconcileDelete deletes the route's records from every provider it may have records
@@ -59,7 +51,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			if r.KeepOrphans {
 				after = "the orphan sweep is off (--sweep-orphans=false): delete them by hand"
 			}
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDeletionAbandoned, "DeleteRecords",
+			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionAbandoned, "DeleteRecords",
 				"deleted after waiting %s for the providers; records of %s may remain in %s; %s",
 				r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where, after)
 			for _, edge := range left {
@@ -69,12 +61,12 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 				"blocked", blocked, "hostnames", route.Spec.Hostnames)
 		} else if len(blocked) > 0 || deleting > 0 {
 			before := route.DeepCopy()
-			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonDeleting,
+			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonDeleting,
 				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
 			if len(blocked) > 0 {
-				ready.Reason, ready.Message = ReasonDeletionBlocked, "records cannot be deleted yet: "+strings.Join(blocked, "; ")
+				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, "records cannot be deleted yet: "+strings.Join(blocked, "; ")
 				if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
-					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
+					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
 				}
 			}
 			meta.SetStatusCondition(&route.Status.Conditions, ready)
@@ -94,7 +86,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 	}
-	for _, edge := range EdgesOf(route) {
+	for _, edge := range desired.Edges(route) {
 		if acct := r.Accounts.Get(edge); acct != nil {
 			for zone, q := range acct.Queues() {
 				q.Forget(owner)
@@ -162,7 +154,7 @@ func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []stri
 		}
 	}
 	if len(edges) == 0 {
-		edges = EdgesOf(route)
+		edges = desired.Edges(route)
 	}
 	return edges
 }
@@ -172,7 +164,7 @@ func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []stri
 func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.TenantRoute, owner string) ([]string, int) {
 	var blocked []string
 	deleting := 0
-	for _, edge := range EdgesOf(route) {
+	for _, edge := range desired.Edges(route) {
 		ep := &v1.EdgeProvider{}
 		err := r.Get(ctx, client.ObjectKey{Name: edge}, ep)
 		if apierrors.IsNotFound(err) {
@@ -191,7 +183,7 @@ func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.Ten
 		// A zone that holds one of the route's names but is not resolved yet may hold its
 		// records: wait for it rather than release the route and orphan them.
 		for _, h := range route.Spec.Hostnames {
-			if z, ok := ZoneFor(ep, h); ok && queues[z.Name] == nil {
+			if z, ok := desired.ZoneFor(ep, h); ok && queues[z.Name] == nil {
 				blocked = append(blocked, fmt.Sprintf("%s zone %s: not resolved yet", edge, z.Name))
 			}
 		}
@@ -240,7 +232,7 @@ func (r *TenantRouteReconciler) orphaned(owner string) bool {
 		}
 		r.existing = make(map[string]bool, len(list.Items))
 		for _, tr := range list.Items {
-			r.existing[OwnerKey(r.Instance, tr.Namespace, tr.Name)] = true
+			r.existing[desired.OwnerKey(r.Instance, tr.Namespace, tr.Name)] = true
 		}
 		r.existingAt = time.Now()
 	}

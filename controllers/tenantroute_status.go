@@ -16,23 +16,6 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
-// Condition reasons of a TenantRoute.
-const (
-	ReasonReady            = "Ready"
-	ReasonSynced           = "Synced"
-	ReasonPending          = "Pending"
-	ReasonProviderError    = "ProviderError"
-	ReasonConflict         = "Conflict"
-	ReasonForbidden        = "Forbidden"
-	ReasonNoConflict       = "NoConflict"
-	ReasonRegionNotFound   = "RegionNotFound"
-	ReasonProviderRecovery = "ProviderRecovered"
-	ReasonDomainsVerified  = "Verified"
-	ReasonDomainPending    = "PendingVerification"
-	ReasonDomainVerified   = "DomainVerified"
-	ReasonDomainUnverified = "DomainUnverified"
-)
-
 type statusReport struct {
 	outcome  string
 	result   ctrl.Result
@@ -60,13 +43,13 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		case v1.RecordsError:
 			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
 			if previous[s.edge] != v1.RecordsError {
-				rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
+				rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
 			}
 		case v1.RecordsPending:
 			pending = append(pending, s.edge)
 		default:
 			if previous[s.edge] == v1.RecordsError {
-				rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonProviderRecovery, "ApplyRecords", "%s: records in sync again", s.edge)
+				rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonProviderRecovered, "ApplyRecords", "%s: records in sync again", s.edge)
 			}
 		}
 		conflicts = append(conflicts, s.conflicts...)
@@ -103,48 +86,48 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	oldConflict := previousCondition(route.Status.Conditions, v1.ConditionConflict)
 	if len(conflicts) > 0 {
 		message := strings.Join(conflicts, "; ")
-		set(v1.ConditionConflict, metav1.ConditionTrue, ReasonConflict, message)
+		set(v1.ConditionConflict, metav1.ConditionTrue, v1.ReasonConflict, message)
 		if oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Message != message {
-			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonConflict, "ClaimHostname", "%s", message)
+			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonConflict, "ClaimHostname", "%s", message)
 		}
 	} else {
-		set(v1.ConditionConflict, metav1.ConditionFalse, ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
+		set(v1.ConditionConflict, metav1.ConditionFalse, v1.ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
 	}
 
 	switch {
 	case len(failing) > 0:
-		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, ReasonProviderError, strings.Join(failing, "; "))
+		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, v1.ReasonProviderError, strings.Join(failing, "; "))
 	case len(pending) > 0:
-		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, ReasonPending, "applying records in "+strings.Join(pending, ", "))
+		set(v1.ConditionRecordsSynced, metav1.ConditionFalse, v1.ReasonPending, "applying records in "+strings.Join(pending, ", "))
 	default:
-		set(v1.ConditionRecordsSynced, metav1.ConditionTrue, ReasonSynced, "records are in place in every provider")
+		set(v1.ConditionRecordsSynced, metav1.ConditionTrue, v1.ReasonSynced, "records are in place in every provider")
 	}
 
 	report := statusReport{outcome: "ready"}
 	oldReady := previousCondition(route.Status.Conditions, v1.ConditionReady)
 	switch {
 	case len(failing) > 0:
-		set(v1.ConditionReady, metav1.ConditionFalse, ReasonProviderError, "records are failing in "+strings.Join(failing, "; "))
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonProviderError, "records are failing in "+strings.Join(failing, "; "))
 		report.outcome, report.result = "provider_error", ctrl.Result{RequeueAfter: requeueSafety}
 	case in.active == "":
-		set(v1.ConditionReady, metav1.ConditionFalse, string(ReasonNoEdge), "none of spec.edges names an existing EdgeProvider")
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonNoEdge, "none of spec.edges names an existing EdgeProvider")
 		report.outcome = "provider_error"
 	case in.regionErr != nil:
-		set(v1.ConditionReady, metav1.ConditionFalse, ReasonRegionNotFound, in.regionErr.Error())
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonRegionNotFound, in.regionErr.Error())
 		report.outcome = "provider_error"
 	case len(pending) > 0:
-		set(v1.ConditionReady, metav1.ConditionFalse, ReasonPending, "applying records in "+strings.Join(pending, ", "))
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonPending, "applying records in "+strings.Join(pending, ", "))
 		report.outcome, report.result = "pending", ctrl.Result{RequeueAfter: requeueSafety}
 	case forbidden:
-		set(v1.ConditionReady, metav1.ConditionFalse, ReasonForbidden, "some hostnames may not be claimed from this namespace: see the Conflict condition")
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonForbidden, "some hostnames may not be claimed from this namespace: see the Conflict condition")
 		report.outcome = "conflict"
 	case len(conflicts) > 0:
-		set(v1.ConditionReady, metav1.ConditionFalse, ReasonConflict, "some hostnames are held by others: see the Conflict condition")
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonConflict, "some hostnames are held by others: see the Conflict condition")
 		report.outcome = "conflict"
 	default:
-		set(v1.ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("records point at %s in every provider", in.active))
+		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady, fmt.Sprintf("records point at %s in every provider", in.active))
 		if oldReady == nil || oldReady.Status != metav1.ConditionTrue {
-			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonReady, "ApplyRecords", "records point at %s in every provider", in.active)
+			rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonReady, "ApplyRecords", "records point at %s in every provider", in.active)
 		}
 	}
 	if len(rejected) > 0 {
@@ -169,10 +152,10 @@ func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custo
 		old, seen := before[c.Hostname]
 		switch {
 		case c.Message == "" && c.VerifiedAt != nil && (!seen || old.VerifiedAt == nil):
-			rec.Eventf(route, nil, corev1.EventTypeNormal, ReasonDomainVerified, "VerifyDomain",
+			rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonDomainVerified, "VerifyDomain",
 				"%s: proof of control found; the domain is routed", c.Hostname)
 		case c.Message != "" && c.VerifiedAt != nil && seen && old.Message == "":
-			rec.Eventf(route, nil, corev1.EventTypeWarning, ReasonDomainUnverified, "VerifyDomain",
+			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDomainUnverified, "VerifyDomain",
 				"%s lost its proof of control: %s", c.Hostname, c.Message)
 		}
 	}
@@ -187,11 +170,11 @@ func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custo
 		}
 	case len(unproven) > 0:
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: v1.ConditionCustomDomainsVerified,
-			Status: metav1.ConditionFalse, Reason: ReasonDomainPending, ObservedGeneration: gen,
+			Status: metav1.ConditionFalse, Reason: v1.ReasonDomainPending, ObservedGeneration: gen,
 			Message: "not routed until their owner proves control (see status.customDomains): " + strings.Join(unproven, ", ")})
 	default:
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: v1.ConditionCustomDomainsVerified,
-			Status: metav1.ConditionTrue, Reason: ReasonDomainsVerified, ObservedGeneration: gen,
+			Status: metav1.ConditionTrue, Reason: v1.ReasonVerified, ObservedGeneration: gen,
 			Message: "every custom domain's owner proved control"})
 	}
 }

@@ -59,7 +59,7 @@ func TestNewRoutesArriveWithTheFinalizer(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, func() error {
 		for _, name := range []string{"acme", "globex"} {
-			if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady); err != nil {
+			if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -133,7 +133,7 @@ func TestRecordsFollowTheTenantRoute(t *testing.T) {
 		if _, ok := cf["login.acme.com"]; ok {
 			return fmt.Errorf("a custom domain got a record: %v", cf)
 		}
-		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady)
 	})
 	tr := o.get("acme")
 	if tr.Status.ActiveEdge != o.cfEdge || tr.Status.ObservedGeneration != tr.Generation {
@@ -211,7 +211,7 @@ func TestOneProviderDownTheOtherConverges(t *testing.T) {
 			return fmt.Errorf("route53: %v", o.r53Records())
 		}
 		tr := o.get("acme")
-		if err := expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonProviderError); err != nil {
+		if err := expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonProviderError); err != nil {
 			return err
 		}
 		if msg := condition(tr.Status.Conditions, v1.ConditionReady).Message; !strings.Contains(msg, o.cfEdge) {
@@ -226,7 +226,7 @@ func TestOneProviderDownTheOtherConverges(t *testing.T) {
 				return fmt.Errorf("provider %s is %s, want %s", p.Edge, p.State, want)
 			}
 		}
-		return expectEvent(tr, "TenantRoute", controllers.ReasonProviderError, o.cfEdge)
+		return expectEvent(tr, "TenantRoute", v1.ReasonProviderError, o.cfEdge)
 	})
 	if len(o.cf.Records(o.cfZone)) != 0 {
 		t.Fatalf("records written during an outage: %v", o.cfRecords())
@@ -252,10 +252,10 @@ func TestOneProviderDownTheOtherConverges(t *testing.T) {
 			return fmt.Errorf("route53 record not deleted yet")
 		}
 		held := o.get("acme")
-		if err := expectCondition(held.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonDeletionBlocked); err != nil {
+		if err := expectCondition(held.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonDeletionBlocked); err != nil {
 			return err
 		}
-		return expectEvent(held, "TenantRoute", controllers.ReasonDeletionBlocked, o.cfEdge)
+		return expectEvent(held, "TenantRoute", v1.ReasonDeletionBlocked, o.cfEdge)
 	})
 	if _, ok := o.cfRecords()["acme.auth.example.com"]; !ok {
 		t.Fatal("the cloudflare record vanished during the outage")
@@ -289,7 +289,7 @@ func TestConflicts(t *testing.T) {
 
 	eventually(t, 20*time.Second, func() error {
 		second := o.get("second")
-		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, controllers.ReasonConflict); err != nil {
+		if err := expectCondition(second.Status.Conditions, v1.ConditionConflict, metav1.ConditionTrue, v1.ReasonConflict); err != nil {
 			return err
 		}
 		if msg := condition(second.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "shared.auth.example.com: granted to TenantRoute first") {
@@ -302,7 +302,7 @@ func TestConflicts(t *testing.T) {
 		if msg := condition(third.Status.Conditions, v1.ConditionConflict).Message; !strings.Contains(msg, "taken.auth.example.com is held by a record the operator does not own in "+o.cfEdge) {
 			return fmt.Errorf("third route conflict: %s", msg)
 		}
-		return expectEvent(second, "TenantRoute", controllers.ReasonConflict, "shared.auth.example.com")
+		return expectEvent(second, "TenantRoute", v1.ReasonConflict, "shared.auth.example.com")
 	})
 	// The foreign record is untouched; Route53 had none, so the third route is there.
 	if after := o.cf.Records(o.cfZone); !slices.Contains(after, foreignBefore[0]) {
@@ -347,13 +347,13 @@ func TestMissingCredentialSecret(t *testing.T) {
 		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
 			return err
 		}
-		if err := expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, controllers.ReasonSecretNotFound); err != nil {
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, v1.ReasonSecretNotFound); err != nil {
 			return err
 		}
 		if msg := condition(ep.Status.Conditions, v1.ConditionCredentialsReady).Message; !strings.Contains(msg, "op-secret/cloudflare-token") {
 			return fmt.Errorf("condition does not name the secret: %s", msg)
 		}
-		return expectEvent(ep, "EdgeProvider", controllers.ReasonSecretNotFound, "cloudflare-token")
+		return expectEvent(ep, "EdgeProvider", v1.ReasonSecretNotFound, "cloudflare-token")
 	})
 	if ep.Status.Type != controllers.TypeCloudflare {
 		t.Errorf("status.type %q", ep.Status.Type)
@@ -370,7 +370,7 @@ func TestMissingCredentialSecret(t *testing.T) {
 		if err := expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionTrue, ""); err != nil {
 			return err
 		}
-		return expectEvent(ep, "EdgeProvider", controllers.ReasonCredentialsAccepted, "accepted")
+		return expectEvent(ep, "EdgeProvider", v1.ReasonCredentialsAccepted, "accepted")
 	})
 	if len(ep.Status.Zones) != 1 || ep.Status.Zones[0].ID != o.cfZone {
 		t.Errorf("resolved zones %+v, want %s", ep.Status.Zones, o.cfZone)
@@ -404,11 +404,11 @@ func TestWrongTokenAndMissingZone(t *testing.T) {
 	eventually(t, 10*time.Second, func() error {
 		cf := &v1.EdgeProvider{}
 		_ = k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, cf)
-		if err := expectCondition(cf.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, controllers.ReasonCredentialsRejected); err != nil {
+		if err := expectCondition(cf.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionFalse, v1.ReasonCredentialsRejected); err != nil {
 			return err
 		}
 		_ = k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, aws)
-		if err := expectCondition(aws.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionFalse, controllers.ReasonZoneNotFound); err != nil {
+		if err := expectCondition(aws.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneNotFound); err != nil {
 			return err
 		}
 		if msg := condition(aws.Status.Conditions, v1.ConditionZonesReady).Message; !strings.Contains(msg, "missing.example.org") {
@@ -550,7 +550,7 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 	}
 	eventually(t, 3*time.Second, func() error {
 		tr = o.get("r")
-		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, controllers.ReasonDeletionBlocked)
+		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonDeletionBlocked)
 	})
 	before := metricValue(t, "tenantroute_deletions_abandoned_total", map[string]string{"edge": o.cfEdge})
 	eventually(t, 15*time.Second, func() error {
@@ -562,7 +562,7 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 	if waited := time.Since(tr.DeletionTimestamp.Time); waited < 4*time.Second-time.Second {
 		t.Errorf("deleted after %s, before the timeout", waited)
 	}
-	if err := expectEvent(tr, "TenantRoute", controllers.ReasonDeletionAbandoned, o.cfEdge+" zone "+zoneName); err != nil {
+	if err := expectEvent(tr, "TenantRoute", v1.ReasonDeletionAbandoned, o.cfEdge+" zone "+zoneName); err != nil {
 		t.Error(err)
 	}
 	if got := metricValue(t, "tenantroute_deletions_abandoned_total", map[string]string{"edge": o.cfEdge}); got != before+1 {

@@ -28,7 +28,7 @@ func NormalizeCommon(r Record) Record {
 				r.Values[i] = addr.String()
 			}
 		case TypeTXT:
-			r.Values[i] = UnquoteTXT(v)
+			r.Values[i] = unquoteTXT(v)
 		}
 	}
 	if len(r.ProviderIDs) == len(r.Values) && len(r.Values) > 1 {
@@ -54,9 +54,9 @@ func sortWithIDs(r *Record) {
 	r.Values, r.ProviderIDs = values, ids
 }
 
-// UnquoteTXT returns the text of a TXT value written as one or more quoted
+// unquoteTXT returns the text of a TXT value written as one or more quoted
 // character-strings ("a" "b" -> ab), or the value itself when it is not quoted.
-func UnquoteTXT(v string) string {
+func unquoteTXT(v string) string {
 	s := strings.TrimSpace(v)
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return v

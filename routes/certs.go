@@ -37,8 +37,8 @@ type CertBook interface {
 	CertRecords(ctx context.Context, hosts []string) (map[string]CertRecord, error)
 }
 
-// CertKeyPrefix namespaces certificate records in the shared cache.
-const CertKeyPrefix = "tenantroute:cert:"
+// certKeyPrefix namespaces certificate records in the shared cache.
+const certKeyPrefix = "tenantroute:cert:"
 
 // certRecordTTL outlives a certificate's lifetime: a record is written again whenever
 // a proxy serves a new certificate.
@@ -52,7 +52,7 @@ func (k KV) RecordCert(ctx context.Context, host string, r CertRecord) error {
 	if err != nil {
 		return err
 	}
-	return k.Client.Set(ctx, CertKeyPrefix+host, k.sealValue(certName(host), payload), certRecordTTL).Err()
+	return k.Client.Set(ctx, certKeyPrefix+host, k.sealValue(certName(host), payload), certRecordTTL).Err()
 }
 
 // CertRecords reads the records of hosts; a forged or malformed one is left out (and
@@ -65,7 +65,7 @@ func (k KV) CertRecords(ctx context.Context, hosts []string) (map[string]CertRec
 	pipe := k.Client.Pipeline()
 	gets := make([]*redis.StringCmd, len(hosts))
 	for i, h := range hosts {
-		gets[i] = pipe.Get(ctx, CertKeyPrefix+h)
+		gets[i] = pipe.Get(ctx, certKeyPrefix+h)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err

@@ -17,15 +17,15 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
 
-// GrantedIndex names the index of TenantRoutes by the hostnames their status says
+// grantedIndex names the index of TenantRoutes by the hostnames their status says
 // they were granted.
-const GrantedIndex = "status.grantedHostnames"
+const grantedIndex = "status.grantedHostnames"
 
 // NewSource returns the source of truth reading c, a manager's cache; it indexes the
-// cached TenantRoutes by granted hostname (GrantedIndex), so call it once, before the
+// cached TenantRoutes by granted hostname (grantedIndex), so call it once, before the
 // cache starts.
 func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
-	granted, err := NewIndex(ctx, c, GrantedIndex, Granted)
+	granted, err := NewIndex(ctx, c, grantedIndex, Granted)
 	if err != nil {
 		return Source{}, err
 	}

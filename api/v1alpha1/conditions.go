@@ -23,15 +23,3 @@ const (
 	// ConditionHealthy: the EdgeProvider's edge passes its health check.
 	ConditionHealthy = "Healthy"
 )
-
-// Event reasons about a TenantRoute's certificates.
-const (
-	// ReasonCertificateIssued: a hostname is served with a new certificate.
-	ReasonCertificateIssued = "CertificateIssued"
-	// ReasonCertificateFailed: no certificate could be obtained for a hostname, or
-	// the one served expired.
-	ReasonCertificateFailed = "CertificateFailed"
-	// ReasonCertificateRenewalFailed: renewing a hostname's certificate failed; the
-	// current one is still served.
-	ReasonCertificateRenewalFailed = "CertificateRenewalFailed"
-)

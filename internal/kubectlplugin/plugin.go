@@ -13,10 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
@@ -64,7 +61,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // cli is one invocation: the cluster, the namespace and the operator's settings.
 type cli struct {
 	out        io.Writer
-	k8s        client.Client
+	k8s        *kube
 	namespace  string
 	operatorNS string
 	instance   string
@@ -73,8 +70,12 @@ type cli struct {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := pflag.NewFlagSet("kubectl-tenantroute", pflag.ContinueOnError)
 	fs.SetOutput(out)
-	kube := genericclioptions.NewConfigFlags(true)
-	kube.AddFlags(fs)
+	// kubectl's own connection flags (--kubeconfig, --context, -n, --server, --token,
+	// --as, ...), which kubectl hands to a plugin unchanged.
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	fs.StringVar(&loading.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests.")
+	overrides := &clientcmd.ConfigOverrides{}
+	clientcmd.BindOverrideFlags(overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
 	c := &cli{out: out}
 	fs.StringVar(&c.operatorNS, "operator-namespace", "tenantroute-system", "The operator's namespace, which holds the EdgeProviders' credential Secrets.")
 	fs.StringVar(&c.instance, "instance", "default", "The operator's --instance: the ownership marker of its records.")
@@ -95,21 +96,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return errors.New("no command given")
 	}
 
-	cfg, err := kube.ToRESTConfig()
+	config := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, overrides)
+	cfg, err := config.ClientConfig()
 	if err != nil {
 		return fmt.Errorf("reading the kubeconfig: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := v1.AddToScheme(scheme); err != nil {
+	if c.k8s, err = newKube(cfg); err != nil {
 		return err
 	}
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if c.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	if c.namespace, _, err = kube.ToRawKubeConfigLoader().Namespace(); err != nil {
+	if c.namespace, _, err = config.Namespace(); err != nil {
 		return err
 	}
 
@@ -157,8 +152,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 func (c *cli) table() *tabwriter.Writer { return tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0) }
 
 func (c *cli) route(ctx context.Context, name string) (*v1.TenantRoute, error) {
-	route := &v1.TenantRoute{}
-	if err := c.k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, route); err != nil {
+	route, err := c.k8s.route(ctx, c.namespace, name)
+	if err != nil {
 		return nil, fmt.Errorf("TenantRoute %s/%s: %w", c.namespace, name, err)
 	}
 	return route, nil

@@ -7,11 +7,12 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/connect"
 )
 
 // world is the EdgeProviders and their zones as the providers hold them, each zone
@@ -34,8 +35,8 @@ type zoneView struct {
 }
 
 func (c *cli) world(ctx context.Context) (*world, error) {
-	var list v1.EdgeProviderList
-	if err := c.k8s.List(ctx, &list); err != nil {
+	list, err := c.k8s.edgeProviders(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("listing EdgeProviders: %w", err)
 	}
 	w := &world{c: c, edges: map[string]*v1.EdgeProvider{}, providers: map[string]providers.Provider{},
@@ -69,7 +70,7 @@ func (w *world) zone(ctx context.Context, edge, zone string) *zoneView {
 	}
 	if !ok && w.connErrs[edge] == nil {
 		var err error
-		if p, err = controllers.Connect(ctx, w.c.k8s, w.c.operatorNS, ep); err != nil {
+		if p, err = connect.EdgeProvider(ctx, w.c.k8s.secret, w.c.operatorNS, ep); err != nil {
 			w.connErrs[edge] = err
 		} else {
 			w.providers[edge] = p
@@ -89,14 +90,14 @@ func (w *world) zone(ctx context.Context, edge, zone string) *zoneView {
 }
 
 // desired computes the records the operator wants for a route now, as its reconcile
-// decides them: the active edge chosen by controllers.ActiveEdge from the
+// decides them: the active edge chosen by desired.ActiveEdge from the
 // EdgeProviders' health conditions, the granted hostnames in status, the records
 // controllers.Desired makes of them, and nothing in the zones of edges the route no
 // longer lists. A route the operator has not reconciled yet is assumed granted every
 // hostname no other route holds. note says what was decided or assumed.
-func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bool) (zones []controllers.ZoneRecords, note string) {
+func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bool) (zones []desired.ZoneRecords, note string) {
 	edges := map[string]*v1.EdgeProvider{}
-	for _, name := range controllers.EdgesOf(route) {
+	for _, name := range desired.Edges(route) {
 		// An EdgeProvider being deleted deletes its records itself.
 		if ep, ok := w.edges[name]; ok && ep.DeletionTimestamp.IsZero() {
 			edges[name] = ep
@@ -104,7 +105,7 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 	}
 	empty := func(edge string) {
 		for _, z := range edges[edge].Spec.Zones {
-			zones = append(zones, controllers.ZoneRecords{Edge: edge, Zone: z.Name})
+			zones = append(zones, desired.ZoneRecords{Edge: edge, Zone: z.Name})
 		}
 	}
 	if route.DeletionTimestamp != nil {
@@ -120,7 +121,7 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 		return zones, "being deleted: every record goes"
 	}
 
-	active, reason := controllers.ActiveEdge(route, edges, controllers.EdgeHealth)
+	active, reason := desired.ActiveEdge(route, edges, desired.EdgeHealth)
 	if _, ok := edges[active]; !ok {
 		return nil, "no active edge exists: the operator leaves the records as they are"
 	}
@@ -142,8 +143,8 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 			hostnames = append(hostnames, h.Hostname)
 		}
 	}
-	zones = controllers.Desired(route, hostnames, edges, active)
-	for _, name := range controllers.EdgesOf(route) {
+	zones = desired.Records(route, hostnames, edges, active)
+	for _, name := range desired.Edges(route) {
 		if _, ok := edges[name]; ok && !slices.Contains(route.Spec.Edges, name) {
 			empty(name) // no longer listed: its records there go
 		}
@@ -219,8 +220,8 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 		return 0, err
 	}
 	// Every route, whatever the scope: who holds which hostname, and which owners exist.
-	var all v1.TenantRouteList
-	if err := c.k8s.List(ctx, &all); err != nil {
+	all, err := c.k8s.routes(ctx)
+	if err != nil {
 		return 0, fmt.Errorf("listing TenantRoutes: %w", err)
 	}
 	sel, err := labels.Parse(scope.selector)
@@ -242,13 +243,13 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 		return 0, fmt.Errorf("TenantRoute %s/%s not found", c.namespace, scope.name)
 	}
 	// Hostnames granted to each route, for routes not reconciled yet.
-	holder := map[string]client.ObjectKey{}
+	holder := map[string]types.NamespacedName{}
 	owners := map[string]bool{}
 	for _, r := range all.Items {
-		owners[controllers.OwnerKey(c.instance, r.Namespace, r.Name)] = true
+		owners[desired.OwnerKey(c.instance, r.Namespace, r.Name)] = true
 		for _, h := range r.Status.Hostnames {
 			if h.State == v1.ClaimGranted {
-				holder[h.Hostname] = client.ObjectKeyFromObject(&r)
+				holder[h.Hostname] = types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 			}
 		}
 	}
@@ -268,8 +269,8 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 	}
 	for i := range routes {
 		route := &routes[i]
-		key := client.ObjectKeyFromObject(route)
-		owner := controllers.OwnerKey(c.instance, route.Namespace, route.Name)
+		key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
+		owner := desired.OwnerKey(c.instance, route.Namespace, route.Name)
 		zones, note := w.desired(route, func(h string) bool { k, ok := holder[h]; return ok && k != key })
 		var routeSteps []step
 		var errs []string

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
+	"github.com/tenantroute/tenantroute-operator/desired"
 )
 
 // status prints what a route holds and where its traffic goes, the records as the
@@ -100,7 +98,7 @@ func (c *cli) status(ctx context.Context, name string) error {
 	fmt.Fprintln(c.out, "\nRecords, as the providers hold them:")
 	t = c.table()
 	fmt.Fprintln(t, "  EDGE\tZONE\tNAME\tTYPE\tTTL\tVALUE")
-	owner := controllers.OwnerKey(c.instance, route.Namespace, route.Name)
+	owner := desired.OwnerKey(c.instance, route.Namespace, route.Name)
 	var failed []error
 	for _, edge := range route.Spec.Edges {
 		ep, ok := w.edges[edge]
@@ -168,7 +166,7 @@ func (c *cli) patchFailover(ctx context.Context, route *v1.TenantRoute, failover
 	if err != nil {
 		return err
 	}
-	if err := c.k8s.Patch(ctx, route, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := c.k8s.patchRoute(ctx, route.Namespace, route.Name, patch); err != nil {
 		return fmt.Errorf("updating TenantRoute %s/%s: %w", route.Namespace, route.Name, err)
 	}
 	return nil

@@ -35,7 +35,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
@@ -89,7 +88,7 @@ func status(tr *v1.TenantRoute, failedOver, minimal bool) {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: message, ObservedGeneration: tr.Generation})
 	}
 	if minimal {
-		set(v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, "records point at "+active+" in every provider")
+		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady, "records point at "+active+" in every provider")
 		return
 	}
 	if failedOver {
@@ -100,16 +99,16 @@ func status(tr *v1.TenantRoute, failedOver, minimal bool) {
 		s.TenantID = &v1.ClaimStatus{State: v1.ClaimGranted, Since: now}
 		s.Hostnames = []v1.HostnameClaim{{Hostname: tr.Spec.Hostnames[0], ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: now}}}
 	}
-	set(v1.ConditionConflict, metav1.ConditionFalse, controllers.ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
-	set(v1.ConditionRecordsSynced, metav1.ConditionTrue, controllers.ReasonSynced, "records are in place in every provider")
+	set(v1.ConditionConflict, metav1.ConditionFalse, v1.ReasonNoConflict, "the tenantID and every hostname are granted to this TenantRoute")
+	set(v1.ConditionRecordsSynced, metav1.ConditionTrue, v1.ReasonSynced, "records are in place in every provider")
 	if failedOver {
-		set(v1.ConditionFailedOver, metav1.ConditionTrue, controllers.ReasonEdgeFailedOver, "traffic is on "+active+" because "+preferred+" is unhealthy (health check failed: 503)")
-		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, controllers.ReasonProbeSucceeded, active+" passes its health check")
+		set(v1.ConditionFailedOver, metav1.ConditionTrue, v1.ReasonFailedOver, "traffic is on "+active+" because "+preferred+" is unhealthy (health check failed: 503)")
+		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, v1.ReasonProbeSucceeded, active+" passes its health check")
 	} else {
-		set(v1.ConditionFailedOver, metav1.ConditionFalse, string(controllers.ReasonPreferred), "traffic is on the preferred edge "+preferred)
-		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, controllers.ReasonProbeSucceeded, active+" passes its health check")
+		set(v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPreferred, "traffic is on the preferred edge "+preferred)
+		set(v1.ConditionEdgeHealthy, metav1.ConditionTrue, v1.ReasonProbeSucceeded, active+" passes its health check")
 	}
-	set(v1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, "records point at "+active+" in every provider")
+	set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady, "records point at "+active+" in every provider")
 }
 
 type round struct {

@@ -3,12 +3,13 @@ package emulator
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
 
 type client struct {

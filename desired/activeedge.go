@@ -1,4 +1,4 @@
-package controllers
+package desired
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,36 +21,21 @@ func EdgeHealth(ep *v1.EdgeProvider) edge.State {
 	}
 }
 
-// ActiveEdgeReason says why an edge is active.
-type ActiveEdgeReason string
-
-// Reasons for the choice of the active edge.
-const (
-	ReasonPreferred  ActiveEdgeReason = "Preferred"   // the first edge, healthy or unknown
-	ReasonFailedOver ActiveEdgeReason = "FailedOver"  // a later edge: those before it are unhealthy or missing
-	ReasonPinned     ActiveEdgeReason = "Pinned"      // Manual mode
-	ReasonFailStatic ActiveEdgeReason = "FailStatic"  // no edge is healthy: the current one stays
-	ReasonNoEdge     ActiveEdgeReason = "NoEdgeFound" // none of the edges exists
-	// ReasonPinnedMissing: Manual mode names an EdgeProvider that does not exist; the
-	// current active edge stays.
-	ReasonPinnedMissing ActiveEdgeReason = "PinnedEdgeNotFound"
-)
-
 // ActiveEdge chooses the edge every record of the route points at. Automatic: the first
 // edge in spec.edges that exists and is not unhealthy (unknown health counts as
 // healthy: a new edge is trusted until its probes say otherwise). When every existing
 // edge is unhealthy, the current active edge stays (fail static): the operator never
 // moves or blanks records because its own probes fail. Manual: the pinned edge.
 // edges holds the EdgeProviders that exist, by name; health tells an edge's health.
-func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) edge.State) (string, ActiveEdgeReason) {
+func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) edge.State) (active, reason string) {
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
 		if _, ok := edges[f.PinnedEdge]; ok {
-			return f.PinnedEdge, ReasonPinned
+			return f.PinnedEdge, v1.ReasonPinned
 		}
 		if _, ok := edges[route.Status.ActiveEdge]; ok {
-			return route.Status.ActiveEdge, ReasonPinnedMissing
+			return route.Status.ActiveEdge, v1.ReasonPinnedEdgeMissing
 		}
-		return "", ReasonNoEdge
+		return "", v1.ReasonNoEdge
 	}
 	for i, name := range route.Spec.Edges {
 		ep, ok := edges[name]
@@ -58,19 +43,19 @@ func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health
 			continue
 		}
 		if i == 0 {
-			return name, ReasonPreferred
+			return name, v1.ReasonPreferred
 		}
-		return name, ReasonFailedOver
+		return name, v1.ReasonFailedOver
 	}
 	if current := route.Status.ActiveEdge; current != "" {
 		if _, ok := edges[current]; ok {
-			return current, ReasonFailStatic
+			return current, v1.ReasonFailStatic
 		}
 	}
 	for _, name := range route.Spec.Edges {
 		if _, ok := edges[name]; ok {
-			return name, ReasonFailStatic
+			return name, v1.ReasonFailStatic
 		}
 	}
-	return "", ReasonNoEdge
+	return "", v1.ReasonNoEdge
 }

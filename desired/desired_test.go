@@ -1,4 +1,4 @@
-package controllers
+package desired
 
 import (
 	"slices"
@@ -32,20 +32,20 @@ func TestActiveEdge(t *testing.T) {
 		current    string
 		pinned     string
 		want       string
-		wantReason ActiveEdgeReason
+		wantReason string
 	}{
-		{"first healthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": up}, "", "", "cf", ReasonPreferred},
-		{"unknown counts as healthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": unknown, "aws": up}, "", "", "cf", ReasonPreferred},
-		{"first unhealthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": up}, "cf", "", "aws", ReasonFailedOver},
-		{"first missing", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"aws": up}, "", "", "aws", ReasonFailedOver},
-		{"order of preference", []string{"a", "b", "c"}, map[string]metav1.ConditionStatus{"a": down, "b": down, "c": up}, "a", "", "c", ReasonFailedOver},
-		{"all unhealthy keeps current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "aws", "", "aws", ReasonFailStatic},
-		{"all unhealthy, none current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "", "", "cf", ReasonFailStatic},
-		{"all unhealthy, current gone", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "fastly", "", "cf", ReasonFailStatic},
-		{"none exist", []string{"cf", "aws"}, nil, "", "", "", ReasonNoEdge},
-		{"manual pin ignores health", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": down}, "cf", "aws", "aws", ReasonPinned},
-		{"manual pin to a missing edge keeps the current one", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "cf", "aws", "cf", ReasonPinnedMissing},
-		{"manual pin to a missing edge, nothing current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "", "aws", "", ReasonNoEdge},
+		{"first healthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": up}, "", "", "cf", v1.ReasonPreferred},
+		{"unknown counts as healthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": unknown, "aws": up}, "", "", "cf", v1.ReasonPreferred},
+		{"first unhealthy", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": up}, "cf", "", "aws", v1.ReasonFailedOver},
+		{"first missing", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"aws": up}, "", "", "aws", v1.ReasonFailedOver},
+		{"order of preference", []string{"a", "b", "c"}, map[string]metav1.ConditionStatus{"a": down, "b": down, "c": up}, "a", "", "c", v1.ReasonFailedOver},
+		{"all unhealthy keeps current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "aws", "", "aws", v1.ReasonFailStatic},
+		{"all unhealthy, none current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "", "", "cf", v1.ReasonFailStatic},
+		{"all unhealthy, current gone", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": down, "aws": down}, "fastly", "", "cf", v1.ReasonFailStatic},
+		{"none exist", []string{"cf", "aws"}, nil, "", "", "", v1.ReasonNoEdge},
+		{"manual pin ignores health", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": down}, "cf", "aws", "aws", v1.ReasonPinned},
+		{"manual pin to a missing edge keeps the current one", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "cf", "aws", "cf", v1.ReasonPinnedEdgeMissing},
+		{"manual pin to a missing edge, nothing current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "", "aws", "", v1.ReasonNoEdge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,7 +105,7 @@ func TestDesired(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			zones, custom := Desired(route, hostnames, edges, c.active), CustomDomains(route, edges, c.active)
+			zones, custom := Records(route, hostnames, edges, c.active), CustomDomains(route, edges, c.active)
 			got := map[string][]providers.Record{}
 			for _, z := range zones {
 				got[z.Edge+" "+z.Zone] = z.Records

@@ -1,4 +1,4 @@
-package controllers
+package desired
 
 import (
 	"crypto/sha256"
@@ -11,8 +11,8 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
-// HostnamePlaceholder in spec.edge.target is replaced by the tenant's hostname.
-const HostnamePlaceholder = "{{ .Hostname }}"
+// hostnamePlaceholder in spec.edge.target is replaced by the tenant's hostname.
+const hostnamePlaceholder = "{{ .Hostname }}"
 
 // maxOwnerKey keeps "tenantroute:" + key within Cloudflare's 100-character comments.
 const maxOwnerKey = 88
@@ -48,14 +48,14 @@ type ZoneRecords struct {
 	Records []providers.Record
 }
 
-// Desired computes the records of a route: every hostname inside a zone of a listed
+// Records computes the records of a route: every hostname inside a zone of a listed
 // EdgeProvider gets, in that zone, a record pointing at the active edge — proxied to
 // the origin in a Cloudflare zone of the active edge when it has cloudflareProxy, a
 // plain CNAME (or A/AAAA) to the active edge's target everywhere else. Every zone of
 // every listed EdgeProvider appears, with no records when the route has none there, so
 // that records left from an earlier spec are removed. hostnames are the hostnames the
 // route was granted.
-func Desired(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.EdgeProvider, active string) []ZoneRecords {
+func Records(route *v1.TenantRoute, hostnames []string, edges map[string]*v1.EdgeProvider, active string) []ZoneRecords {
 	ttl := int64(route.Spec.TTL)
 	if ttl == 0 {
 		ttl = 60
@@ -125,7 +125,7 @@ func CustomDomains(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, act
 	for i := range custom {
 		target := firstManaged
 		if activeEP := edges[active]; target == "" && activeEP != nil && activeEP.Spec.Edge.Target != "" {
-			target = strings.ReplaceAll(activeEP.Spec.Edge.Target, HostnamePlaceholder, custom[i].Hostname)
+			target = strings.ReplaceAll(activeEP.Spec.Edge.Target, hostnamePlaceholder, custom[i].Hostname)
 		}
 		custom[i].CNAMETarget = target
 	}
@@ -142,7 +142,7 @@ func pointAt(hostname string, ttl int64, active *v1.EdgeProvider, inActiveZone b
 	}
 	if edge.Target != "" {
 		return []providers.Record{{Name: hostname, Type: providers.TypeCNAME, TTL: ttl,
-			Values: []string{strings.ReplaceAll(edge.Target, HostnamePlaceholder, hostname)}}}
+			Values: []string{strings.ReplaceAll(edge.Target, hostnamePlaceholder, hostname)}}}
 	}
 	var v4, v6 []string
 	for _, a := range edge.Addresses {
@@ -158,6 +158,17 @@ func pointAt(hostname string, ttl int64, active *v1.EdgeProvider, inActiveZone b
 	}
 	if len(v6) > 0 {
 		out = append(out, providers.Record{Name: hostname, Type: providers.TypeAAAA, TTL: ttl, Values: slices.Sorted(slices.Values(v6))})
+	}
+	return out
+}
+
+// Edges are the EdgeProviders a route lists now or has records in (status.providers).
+func Edges(tr *v1.TenantRoute) []string {
+	out := append([]string{}, tr.Spec.Edges...)
+	for _, p := range tr.Status.Providers {
+		if !slices.Contains(out, p.Edge) {
+			out = append(out, p.Edge)
+		}
 	}
 	return out
 }
