@@ -24,6 +24,14 @@ func CompactRoutes(obj any) (any, error) {
 		return stripManagedFields(obj)
 	}
 	tr.ManagedFields = nil
+	// kubectl apply keeps a copy of what it applied, as big as the spec; nothing here
+	// reads it, and the operator writes routes by patch only, so the server's stays.
+	if _, ok := tr.Annotations[lastApplied]; ok {
+		delete(tr.Annotations, lastApplied)
+		if len(tr.Annotations) == 0 {
+			tr.Annotations = nil
+		}
+	}
 	in := &routeStrings
 	tr.Namespace = in.get(tr.Namespace)
 	tr.Finalizers = trim(tr.Finalizers)
@@ -71,6 +79,8 @@ func CompactRoutes(obj any) (any, error) {
 }
 
 var stripManagedFields = cache.TransformStripManagedFields()
+
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // routeStrings holds the one copy of each repeated string of the cached routes.
 var routeStrings = interner{m: map[string]string{}}

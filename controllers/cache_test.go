@@ -100,3 +100,25 @@ func TestInternerStartsOverWhenFull(t *testing.T) {
 		t.Error("a string past the length bound was kept")
 	}
 }
+
+// kubectl apply's copy of the applied object is not kept in the cache; the route's
+// other annotations are.
+func TestCompactRoutesDropsKubectlsLastApplied(t *testing.T) {
+	tr := decodedRoute(t, 1)
+	tr.Annotations = map[string]string{lastApplied: `{"apiVersion":"routing.tenantroute.io/v1alpha1","kind":"TenantRoute"}`,
+		v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
+	if _, err := CompactRoutes(tr); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := tr.Annotations[lastApplied]; kept || tr.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
+		t.Errorf("annotations after compaction: %v", tr.Annotations)
+	}
+	only := decodedRoute(t, 2)
+	only.Annotations = map[string]string{lastApplied: "{}"}
+	if _, err := CompactRoutes(only); err != nil {
+		t.Fatal(err)
+	}
+	if only.Annotations != nil {
+		t.Errorf("an empty annotation map is kept: %v", only.Annotations)
+	}
+}

@@ -149,7 +149,12 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionFalse, v1.ReasonCredentialsRejected, err.Error())
 			return ctrl.Result{}, reconcile.TerminalError(err)
 		}
-		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, r.ZoneResync))
+		// The queues list each zone again at their own, staggered resync; the cache's
+		// expiry is only a backstop and must not come first: expiring together (the
+		// zones of an account are first listed together), every zone of the account
+		// was listed at once, and a 100,000-route failover's writes waited behind 876
+		// Route53 list pages.
+		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, 2*r.ZoneResync))
 	}
 	var missing, unreachable []string
 	var rejected error

@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +17,6 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/edge"
-	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
 
 // Failover turns edge health transitions into record rewrites. On a transition it
@@ -58,6 +55,10 @@ func (f *Failover) NeedLeaderElection() bool { return true }
 func (f *Failover) Start(ctx context.Context) error {
 	heartbeat := time.NewTicker(f.Heartbeat)
 	defer heartbeat.Stop()
+	// Failovers in progress are reported at once when their records have moved, then
+	// every reportEvery as the routes' statuses follow.
+	report := time.NewTicker(reportEvery / 2)
+	defer report.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -66,6 +67,10 @@ func (f *Failover) Start(ctx context.Context) error {
 			f.handle(ctx, t)
 		case <-heartbeat.C:
 			f.heartbeat(ctx)
+		case <-f.Routes.rewrites.wake:
+			f.report(ctx)
+		case <-report.C:
+			f.report(ctx)
 		}
 	}
 }
@@ -76,10 +81,27 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 	if f.newWave != nil {
 		f.newWave()
 	}
-	rw := f.Routes.rewrites.begin(t.Edge, time.Now())
-	routes, moved := f.rewrite(ctx, t.Edge, rw)
-	rw.started()
-	logger.Info("edge health changed", "tenantRoutes", len(routes), "moved", moved, "probe", t.Probe.Message)
+	reason := ""
+	switch {
+	case t.To == edge.Unhealthy:
+		reason = v1.ReasonFailedOver
+	case t.From == edge.Unhealthy:
+		reason = v1.ReasonFailedBack
+	}
+	var routes, moved int
+	var reconcile []client.ObjectKey
+	if t.From == edge.Unhealthy || t.To == edge.Unhealthy {
+		rw := f.Routes.rewrites.begin(t.Edge, reason, time.Now())
+		routes, reconcile, moved = f.rewrite(ctx, t.Edge, rw)
+		rw.started()
+	} else {
+		// Unknown health counts as healthy: between the two no route changes edge, and
+		// replanning every route (each EdgeProvider's first decision after a start, 100,000
+		// plans for nothing beside the initial sync) is skipped. Only the routes on this
+		// edge whose status reports its health otherwise are reconciled.
+		routes, reconcile = f.healthToReport(ctx, t.Edge, t.To)
+	}
+	logger.Info("edge health changed", "tenantRoutes", routes, "moved", moved, "probe", t.Probe.Message)
 
 	if err := f.writeHealth(ctx, t.Edge, t.To, t.Probe); err != nil {
 		logger.Error(err, "writing the EdgeProvider's health")
@@ -89,17 +111,42 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 		switch {
 		case t.To == edge.Unhealthy:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, v1.ReasonFailedOver, "HealthCheck",
-				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
+				"edge is unhealthy (%s): %d of its %d TenantRoutes move to another edge%s", t.Probe.Message, moved, routes, f.eventNote(moved))
 		case t.From == edge.Unhealthy:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, v1.ReasonFailedBack, "HealthCheck",
-				"edge is healthy again (%s): %d of its %d TenantRoutes move back%s", t.Probe.Message, moved, len(routes), f.eventNote(moved))
+				"edge is healthy again (%s): %d of its %d TenantRoutes move back%s", t.Probe.Message, moved, routes, f.eventNote(moved))
 		default:
 			f.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, string(t.To), "HealthCheck", "edge is %s (%s)", t.To, t.Probe.Message)
 		}
 	}
-	for _, key := range routes {
+	for _, key := range reconcile {
 		f.Routes.enqueue(key)
 	}
+	f.report(ctx) // the decision, before any route's status
+}
+
+// healthToReport returns how many routes list the edge, and those whose status says
+// the edge is active with another health than state.
+func (f *Failover) healthToReport(ctx context.Context, edgeName string, state edge.State) (int, []client.ObjectKey) {
+	all, err := f.Routes.byEdge.Routes(ctx, edgeName)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "listing the TenantRoutes of an edge", "edge", edgeName)
+		return 0, nil
+	}
+	want := metav1.ConditionUnknown
+	if state == edge.Healthy {
+		want = metav1.ConditionTrue
+	}
+	var stale []client.ObjectKey
+	for _, route := range all {
+		if route.Status.ActiveEdge != edgeName {
+			continue
+		}
+		if c := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionEdgeHealthy); c == nil || c.Status != want {
+			stale = append(stale, client.ObjectKeyFromObject(route))
+		}
+	}
+	return len(all), stale
 }
 
 // eventNote says, when more routes move than get their own event, how many do.
@@ -111,40 +158,49 @@ func (f *Failover) eventNote(moved int) string {
 }
 
 // rewrite declares the records of every TenantRoute that lists the edge, as its new
-// health dictates, and flushes the queues; it returns the routes and how many of them
-// change active edge.
-func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([]client.ObjectKey, int) {
+// health dictates, and flushes the queues. It returns how many routes list the edge,
+// how many change active edge, and the routes to reconcile now: those whose records
+// it did not hand to a queue. A route whose records it queued is reconciled when its
+// queues report them applied (or failed): reconciling it now would only find them
+// pending and wait, a plan per route (100,000 in a large failover) for nothing.
+func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) (routes int, reconcile []client.ObjectKey, moved int) {
 	// The routes are read, not copied: a copy of each of thousands of routes would be
 	// held for the whole rewrite. Nothing here changes them, except the finalizer
 	// patch below, which works on its own copy.
-	routes, err := f.Routes.byEdge.Routes(ctx, edgeName)
+	all, err := f.Routes.byEdge.Routes(ctx, edgeName)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "listing the TenantRoutes of an edge", "edge", edgeName)
-		return nil, 0
+		return 0, nil, 0
 	}
-	var keys []client.ObjectKey
 	var unclaimed []*v1.TenantRoute
-	moved := 0
 	reads := newPlanReads()
-	declare := func(route *v1.TenantRoute) {
+	// declare hands a route's records to the queues; it reports whether any of them
+	// are pending there, so that the queues' report reconciles the route.
+	declare := func(route *v1.TenantRoute) (queued bool) {
 		plan, err := f.Routes.planRoute(ctx, route, true, reads)
 		if err != nil {
-			return // its reconcile reports it, and moves it
+			return false // its reconcile reports it, and moves it
 		}
 		if plan.active != route.Status.ActiveEdge {
 			moved++
+			rw.move(client.ObjectKeyFromObject(route), route.Spec.Region, plan.active)
 		}
-		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, rw.add)
+		f.Routes.declareRecords(route, f.Routes.ownerOf(route), plan, func(edge, zone, owner string) {
+			queued = true
+			rw.add(edge, zone, owner)
+		})
+		return queued
 	}
-	for _, route := range routes {
-		keys = append(keys, client.ObjectKeyFromObject(route))
+	for _, route := range all {
 		switch {
 		case !route.DeletionTimestamp.IsZero():
 		case !controllerutil.ContainsFinalizer(route, v1.Finalizer):
 			unclaimed = append(unclaimed, route.DeepCopy())
-		default:
-			declare(route)
+			continue // reconciled below, whether its finalizer patch works or not
+		case declare(route):
+			continue
 		}
+		reconcile = append(reconcile, client.ObjectKeyFromObject(route))
 	}
 	// Records only for routes that carry the finalizer: records declared for a route
 	// created moments ago and not reconciled yet would stay behind if it were deleted
@@ -157,13 +213,13 @@ func (f *Failover) rewrite(ctx context.Context, edgeName string, rw *rewrite) ([
 	for _, route := range unclaimed {
 		patch := client.MergeFromWithOptions(route.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(route, v1.Finalizer)
-		if err := f.Patch(patchCtx, route, patch); err != nil {
-			continue // changed, deleted or slow: its reconcile, enqueued by handle, decides
+		if err := f.Patch(patchCtx, route, patch); err != nil || !declare(route) {
+			// Changed, deleted or slow (its reconcile decides), or nothing queued.
+			reconcile = append(reconcile, client.ObjectKeyFromObject(route))
 		}
-		declare(route)
 	}
 	f.Accounts.expediteAll()
-	return keys, moved
+	return len(all), reconcile, moved
 }
 
 // writeHealth sets the EdgeProvider's Healthy condition and last probe.
@@ -223,86 +279,6 @@ func healthValue(s edge.State) float64 {
 		return 0
 	}
 	return -1
-}
-
-// rewriteTracker times failovers: from the health decision until every record it
-// changed is applied.
-type rewriteTracker struct {
-	mu     sync.Mutex
-	active []*rewrite
-}
-
-type rewrite struct {
-	tracker *rewriteTracker
-	edge    string
-	start   time.Time
-	pending map[string]bool
-	open    bool // still being declared
-}
-
-func (t *rewriteTracker) begin(edge string, start time.Time) *rewrite {
-	rw := &rewrite{tracker: t, edge: edge, start: start, pending: map[string]bool{}, open: true}
-	t.mu.Lock()
-	t.active = append(t.active, rw)
-	t.mu.Unlock()
-	return rw
-}
-
-// add counts a queue owner whose records the failover changed.
-func (rw *rewrite) add(edgeName, zone, owner string) {
-	rw.tracker.mu.Lock()
-	defer rw.tracker.mu.Unlock()
-	rw.pending[edgeName+"\x00"+zone+"\x00"+owner] = true
-}
-
-// started closes the declaration; the rewrite completes when nothing is pending.
-func (rw *rewrite) started() {
-	rw.tracker.mu.Lock()
-	defer rw.tracker.mu.Unlock()
-	rw.open = false
-	rw.tracker.sweep()
-}
-
-// forget drops an owner that is gone from every pending rewrite.
-func (t *rewriteTracker) forget(owner string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, rw := range t.active {
-		for key := range rw.pending {
-			if strings.HasSuffix(key, "\x00"+owner) {
-				delete(rw.pending, key)
-			}
-		}
-	}
-	t.sweep()
-}
-
-func (t *rewriteTracker) outcome(edgeName, zone, owner string, o zonequeue.Outcome) {
-	if !o.Synced || o.Err != nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, rw := range t.active {
-		delete(rw.pending, edgeName+"\x00"+zone+"\x00"+owner)
-	}
-	t.sweep()
-}
-
-// sweep observes and drops finished rewrites; t.mu must be held.
-func (t *rewriteTracker) sweep() {
-	kept := t.active[:0]
-	for _, rw := range t.active {
-		if rw.open || len(rw.pending) > 0 {
-			kept = append(kept, rw)
-			continue
-		}
-		if rw.start.IsZero() {
-			continue
-		}
-		failoverRewriteSeconds.WithLabelValues(rw.edge).Observe(time.Since(rw.start).Seconds())
-	}
-	t.active = kept
 }
 
 // checkOf is how the Monitor probes an EdgeProvider.

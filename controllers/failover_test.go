@@ -302,3 +302,75 @@ func TestA403DoesNotStopTheFailoverThatFollows(t *testing.T) {
 		return expectCondition(ep.Status.Conditions, v1.ConditionCredentialsReady, metav1.ConditionTrue, v1.ReasonCredentialsAccepted)
 	})
 }
+
+// A failover shows on the EdgeProvider and the Region as soon as its records have
+// moved, whatever the number of routes: how many moved and how many of their statuses
+// are still to follow, counting down to none; one event on each.
+func TestFailoverShowsOnTheEdgeProviderAndTheRegion(t *testing.T) {
+	o := newOperator(t, "report")
+	o.start()
+	var hosts, names []string
+	for i := range 20 {
+		name, host := fmt.Sprintf("r%d", i), fmt.Sprintf("h%d.auth.example.com", i)
+		o.create(o.route(name, host))
+		hosts, names = append(hosts, host), append(names, name)
+	}
+	o.waitReady(names...)
+	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
+
+	o.cfUp.Store(false)
+	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, hosts...) })
+	moved := time.Now()
+	ep, region := &v1.EdgeProvider{}, &v1.Region{}
+	failoverOf := func() (*v1.FailoverStatus, *v1.FailoverStatus, error) {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+			return nil, nil, err
+		}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.region}, region); err != nil {
+			return nil, nil, err
+		}
+		return ep.Status.Failover, region.Status.Failover, nil
+	}
+	// Within 2 s of the records moving, both say so.
+	eventually(t, 2*time.Second, func() error {
+		e, r, err := failoverOf()
+		if err != nil {
+			return err
+		}
+		for _, s := range []*v1.FailoverStatus{e, r} {
+			if s == nil || s.RecordsMovedAt == nil || s.Reason != v1.ReasonFailedOver || s.Edge != o.cfEdge || s.Moved != 20 {
+				return fmt.Errorf("status.failover %+v", s)
+			}
+		}
+		return nil
+	})
+	t.Logf("the EdgeProvider showed the records moved %s after they were", time.Since(moved).Round(time.Millisecond))
+	if e, _, _ := failoverOf(); e.RecordsMovedAt.Time.Before(e.StartedAt.Time) || e.StartedAt.Time.After(moved) {
+		t.Errorf("failover started %s, records moved %s, seen moved %s", e.StartedAt, e.RecordsMovedAt, moved)
+	}
+	// The statuses follow, and the count goes to none.
+	eventually(t, 15*time.Second, func() error {
+		e, r, err := failoverOf()
+		if err != nil {
+			return err
+		}
+		if e.StatusesPending != 0 || r.StatusesPending != 0 {
+			return fmt.Errorf("statuses pending: edge %d, region %d", e.StatusesPending, r.StatusesPending)
+		}
+		for _, n := range names {
+			if tr := o.get(n); tr.Status.ActiveEdge != o.awsEdge {
+				return fmt.Errorf("%s: no statuses pending, but %s's status says %s", o.cfEdge, n, tr.Status.ActiveEdge)
+			}
+		}
+		return nil
+	})
+	eventually(t, 5*time.Second, func() error {
+		if err := expectEvent(ep, "EdgeProvider", v1.ReasonFailedOver, "records of 20 TenantRoutes moved"); err != nil {
+			return err
+		}
+		return expectEvent(region, "Region", v1.ReasonFailedOver, "records of 20 of this region's TenantRoutes moved")
+	})
+	if n := countEvents(region, "Region", v1.ReasonFailedOver); n != 1 {
+		t.Errorf("%d FailedOver events on the Region, want 1", n)
+	}
+}

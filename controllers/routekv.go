@@ -97,7 +97,8 @@ func (r *RouteKVReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *RouteKVReconciler) SetupWithManager(mgr ctrl.Manager, routes *TenantRouteReconciler) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.TenantRoute{}, builder.WithPredicates(leadsElsewhere())).
-		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(routes.byRegion))).
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(routes.byRegion)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("routekv").
 		Complete(r)
 }

@@ -3,10 +3,15 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
@@ -178,4 +183,55 @@ func minimumWrites(o *operator, n int) (int, int) {
 	}
 	return providers.Batcher{Limit: cf.BatchLimit(), Cost: cf.ChangeCost}.Batches(creates),
 		providers.Batcher{Limit: r53.BatchLimit(), Cost: r53.ChangeCost}.Batches(creates)
+}
+
+// TestReadyOnlyWithRecordsInBothProviders: 1,000 routes while Route53 answers slowly, so
+// that Cloudflare holds every record long before Route53 does. Whenever the Ready
+// column says True for a route, both providers hold its record; and there is a moment
+// when Cloudflare holds them all while Route53 does not, so the check meant something.
+func TestReadyOnlyWithRecordsInBothProviders(t *testing.T) {
+	o := newOperator(t, "slowr53")
+	o.r53.SetFaults(emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: 1500 * time.Millisecond}})
+	o.createRoutes(scaleRoutes)
+	o.start()
+	sawWindow := false
+	eventually(t, 180*time.Second, func() error {
+		cf := map[string]bool{}
+		for _, r := range o.cf.Records(o.cfZone) {
+			cf[r.Name] = true
+		}
+		r53 := map[string]bool{}
+		for _, rs := range o.r53.RecordSets(o.r53Zone) {
+			if rs.Type == "CNAME" {
+				r53[strings.TrimSuffix(rs.Name, ".")] = true
+			}
+		}
+		if len(cf) == scaleRoutes && len(r53) < scaleRoutes {
+			sawWindow = true
+		}
+		var list v1.TenantRouteList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(o.ns)); err != nil {
+			return err
+		}
+		ready := 0
+		for _, tr := range list.Items {
+			if condition(tr.Status.Conditions, v1.ConditionReady).Status != metav1.ConditionTrue {
+				continue
+			}
+			ready++
+			// Records are written before the status that reports them, and never
+			// removed here: one missing now was missing when Ready was written.
+			h := tr.Spec.Hostnames[0]
+			if !cf[h] || !r53[h] {
+				t.Fatalf("%s says Ready with its record in cloudflare %t, in route53 %t", tr.Name, cf[h], r53[h])
+			}
+		}
+		if ready < scaleRoutes {
+			return fmt.Errorf("%d of %d Ready; cloudflare holds %d records, route53 %d", ready, scaleRoutes, len(cf), len(r53))
+		}
+		return nil
+	})
+	if !sawWindow {
+		t.Fatal("route53 was never behind cloudflare: the check saw nothing")
+	}
 }

@@ -88,10 +88,15 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		cmp.Or(o.EventBurst, DefaultEventBurst), cmp.Or(o.FailoverEvents, DefaultFailoverEvents))
 	var recorder events.EventRecorder = sink
 	monitor := edge.NewMonitor()
+	status, err := newStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme())
+	if err != nil {
+		return err
+	}
 	tenantRoutes := &TenantRouteReconciler{
+		status: status,
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{},
+		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{wake: make(chan struct{}, 1)},
 		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour), KeepOrphans: o.KeepOrphans,
 		PendingGrace: cmp.Or(o.Queue.MaxWait, zonequeue.DefaultMaxWait) + 5*time.Second,
 	}

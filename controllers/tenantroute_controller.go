@@ -67,6 +67,8 @@ type TenantRouteReconciler struct {
 	// PendingGrace is how long a route whose records are queued keeps its status as it
 	// was before saying Pending (default: the queues' longest coalescing wait + 5 s).
 	PendingGrace time.Duration
+	// status writes the routes' statuses.
+	status *statusWriter
 	// failStatic counts the routes whose every edge is unhealthy, for the gauge.
 	failStatic routeSet
 	requests   requests
@@ -100,6 +102,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, cached, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.enqueueClaimants(ctx, req.NamespacedName, r.Claims.Release(req.NamespacedName))
+			r.rewrites.statusWritten(req.NamespacedName, "")
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -109,7 +112,9 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return r.reconcileDelete(ctx, route, owner)
 	}
 	if controllerutil.AddFinalizer(route, v1.Finalizer) {
-		if err := r.Update(ctx, route); err != nil {
+		// A patch of the finalizers alone, on the version read: the cached route lacks
+		// what the cache drops (CompactRoutes), which an update would delete.
+		if err := r.Patch(ctx, route, client.MergeFromWithOptions(cached, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 		before = route.DeepCopy()
@@ -128,14 +133,11 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// from a cache behind its last status write sees the same change again, so a
 		// status write carrying events must apply to the version read: if it does not,
 		// the route is read again and nothing is announced twice.
-		var lock []client.MergeFromOption
-		if transitions.pending() {
-			lock = append(lock, client.MergeFromWithOptimisticLock{})
-		}
-		err := patchStatus(ctx, r.Client, before, route, before.Status, route.Status, lock...)
+		err := r.status.write(ctx, before, route, transitions.pending())
 		switch {
 		case err == nil:
 			transitions.send(r.Recorder)
+			r.rewrites.statusWritten(req.NamespacedName, route.Status.ActiveEdge)
 		case apierrors.IsConflict(err) && retErr == nil:
 			res, err = ctrl.Result{RequeueAfter: staleReadRetry}, nil
 		}
@@ -313,7 +315,10 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.TenantRoute{}, sharedHostnames(r.byHostname)).
 		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byEdge)),
 			builder.WithPredicates(edgeProviderChanged())).
-		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byRegion))).
+		// A Region's spec (its backends) changes where its routes lead; its status (a
+		// failover's progress, written every few seconds during one) does not.
+		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byRegion)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Func(r.requests.start)).
@@ -324,15 +329,31 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // edgeProviderChanged passes EdgeProvider changes that can matter to its routes: spec
-// and conditions, not the heartbeat of its last probe.
+// and conditions, not the heartbeat of its last probe nor its failover report. The
+// Healthy condition is left out too: the failover handler that writes it reconciles
+// the routes a health change concerns itself, and only those whose records it did not
+// move (the others follow their queues' report); reconciling every route of the edge
+// again here was a second plan per route in every failover.
 func edgeProviderChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.EdgeProvider), e.ObjectNew.(*v1.EdgeProvider)
-		if o.Generation != n.Generation || len(o.Status.Conditions) != len(n.Status.Conditions) ||
-			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() {
+		if o.Generation != n.Generation || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() {
+			return true
+		}
+		conditionsOf := func(ep *v1.EdgeProvider) int {
+			n := len(ep.Status.Conditions)
+			if meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionHealthy) != nil {
+				n--
+			}
+			return n
+		}
+		if conditionsOf(o) != conditionsOf(n) {
 			return true
 		}
 		for _, c := range n.Status.Conditions {
+			if c.Type == v1.ConditionHealthy {
+				continue
+			}
 			if old := meta.FindStatusCondition(o.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
 				return true
 			}

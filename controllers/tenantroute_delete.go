@@ -75,7 +75,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			if r.DeletionTimeout > 0 {
 				requeue = min(requeue, r.DeletionTimeout-waited)
 			}
-			return ctrl.Result{RequeueAfter: requeue}, patchStatus(ctx, r.Client, before, route, before.Status, route.Status)
+			return ctrl.Result{RequeueAfter: requeue}, r.status.write(ctx, before, route, false)
 		}
 	}
 	r.retire(owner, route.UID)
@@ -94,8 +94,10 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			}
 		}
 	}
+	// A patch of the finalizers alone (see Reconcile).
+	base := route.DeepCopy()
 	controllerutil.RemoveFinalizer(route, v1.Finalizer)
-	if err := client.IgnoreNotFound(r.Update(ctx, route)); err != nil {
+	if err := client.IgnoreNotFound(r.Patch(ctx, route, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)

@@ -211,3 +211,35 @@ func TestCachedListingKeepsTheLastOfAKey(t *testing.T) {
 		t.Errorf("after a delete and a create of one key: %+v", got)
 	}
 }
+
+// Relist says where the zone drifted from the cache: names whose records someone
+// else added, deleted or changed; the operator's own applies are not drift.
+func TestRelistReportsWhereTheZoneDrifted(t *testing.T) {
+	p := &countingProvider{records: []Record{
+		{Name: "a.example.com", Type: TypeCNAME, TTL: 60, Values: []string{"x.example.net"}, Owner: "o"},
+		{Name: "b.example.com", Type: TypeCNAME, TTL: 60, Values: []string{"x.example.net"}, Owner: "o"},
+		{Name: "c.example.com", Type: TypeA, TTL: 60, Values: []string{"192.0.2.1"}},
+	}}
+	c := NewCached(p, time.Hour)
+	zone := Zone{Name: "example.com", ID: "z"}
+	if _, drifted, err := c.Relist(context.Background(), zone); err != nil || drifted != nil {
+		t.Fatalf("first listing: drifted %v, %v; want nil (everything)", drifted, err)
+	}
+	mine := Record{Name: "e.example.com", Type: TypeCNAME, TTL: 60, Values: []string{"x.example.net"}, Owner: "o"}
+	if _, err := c.ApplyChanges(context.Background(), zone, []Change{{Action: Create, New: &mine}}); err != nil {
+		t.Fatal(err)
+	}
+	p.records = []Record{
+		{Name: "a.example.com", Type: TypeCNAME, TTL: 60, Values: []string{"x.example.net"}, Owner: "o"},  // as it was
+		{Name: "b.example.com", Type: TypeCNAME, TTL: 300, Values: []string{"x.example.net"}, Owner: "o"}, // edited
+		{Name: "d.example.com", Type: TypeTXT, TTL: 60, Values: []string{"someone else's"}},               // added
+		mine, // the operator's own
+	} // c.example.com deleted
+	_, drifted, err := c.Relist(context.Background(), zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drifted) != 3 || !drifted["b.example.com"] || !drifted["c.example.com"] || !drifted["d.example.com"] {
+		t.Fatalf("drifted %v, want b, c and d", drifted)
+	}
+}

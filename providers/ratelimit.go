@@ -30,6 +30,10 @@ type Limiter struct {
 	slots       []slot
 	freed       chan struct{} // closed and replaced when a request in flight is done
 	pausedUntil time.Time
+	// waiting counts the requests of ordinary priority waiting for a slot; while any
+	// does, background requests (Background) wait until calm is closed.
+	waiting int
+	calm    chan struct{}
 }
 
 // slot is one of the last limit requests.
@@ -48,7 +52,22 @@ type Slot struct {
 
 // NewLimiter allows limit requests per window; limit <= 0 means unlimited.
 func NewLimiter(limit int, window time.Duration) *Limiter {
-	return &Limiter{limit: limit, window: window, freed: make(chan struct{})}
+	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{})}
+}
+
+type backgroundKey struct{}
+
+// Background marks ctx's requests as ones that may wait: while a request without the
+// mark waits for a slot, a background one does not take one. A zone's periodic
+// relisting (at 100,000 routes, 67 Route53 pages a zone) is background, so that the
+// writes of a failover that comes meanwhile go first.
+func Background(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+func isBackground(ctx context.Context) bool {
+	b, _ := ctx.Value(backgroundKey{}).(bool)
+	return b
 }
 
 // Wait blocks until a request may be sent and counts it as sent; the caller calls
@@ -57,8 +76,22 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	if l == nil || l.limit <= 0 {
 		return Slot{}, ctx.Err()
 	}
+	background := isBackground(ctx)
+	if !background {
+		l.mu.Lock()
+		l.waiting++
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			if l.waiting--; l.waiting == 0 {
+				close(l.calm)
+				l.calm = make(chan struct{})
+			}
+			l.mu.Unlock()
+		}()
+	}
 	for {
-		s, wait, freed := l.reserve(time.Now())
+		s, wait, freed := l.reserve(time.Now(), background)
 		if wait == 0 && freed == nil {
 			return s, nil
 		}
@@ -80,13 +113,17 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	}
 }
 
-// reserve counts a request sent at now, or returns how long to wait, or, when every
-// slot is held by a request in flight, a channel closed when one is done.
-func (l *Limiter) reserve(now time.Time) (Slot, time.Duration, <-chan struct{}) {
+// reserve counts a request sent at now, or returns how long to wait, or a channel to
+// wait on: closed when a request in flight is done (every slot is held by one), or,
+// for a background request, when no ordinary request waits any more.
+func (l *Limiter) reserve(now time.Time, background bool) (Slot, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
 		return Slot{}, l.pausedUntil.Sub(now), nil
+	}
+	if background && l.waiting > 0 {
+		return Slot{}, 0, l.calm
 	}
 	if len(l.slots) < l.limit {
 		l.slots = append(l.slots, slot{at: now, inFlight: true, id: 1})

@@ -18,7 +18,7 @@ func TestLimiterNeverExceedsTheWindow(t *testing.T) {
 	var sent []time.Time
 	now := start
 	for len(sent) < 23 {
-		slot, wait, _ := l.reserve(now)
+		slot, wait, _ := l.reserve(now, false)
 		if wait > 0 {
 			now = now.Add(wait)
 			continue
@@ -52,13 +52,13 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var slots []Slot
 	for range 5 {
-		s, wait, freed := l.reserve(t0)
+		s, wait, freed := l.reserve(t0, false)
 		if wait != 0 || freed != nil {
 			t.Fatalf("the first five wait %v (%v)", wait, freed)
 		}
 		slots = append(slots, s)
 	}
-	_, wait, freed := l.reserve(t0.Add(2 * time.Second))
+	_, wait, freed := l.reserve(t0.Add(2*time.Second), false)
 	if wait != 0 || freed == nil {
 		t.Fatalf("with five requests in flight a sixth went out (wait %v)", wait)
 	}
@@ -70,10 +70,10 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 	default:
 		t.Fatal("an answer did not wake the requests waiting for a slot")
 	}
-	if _, wait, _ := l.reserve(t0.Add(time.Second)); wait != 200*time.Millisecond {
+	if _, wait, _ := l.reserve(t0.Add(time.Second), false); wait != 200*time.Millisecond {
 		t.Fatalf("a window after the first send, a sixth waits %v, want 200ms (a window after the first answer)", wait)
 	}
-	if _, wait, freed := l.reserve(t0.Add(1200 * time.Millisecond)); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(1200*time.Millisecond), false); wait != 0 || freed != nil {
 		t.Fatalf("a window after the first answer, a sixth still waits %v", wait)
 	}
 }
@@ -83,13 +83,13 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 func TestLimiterIgnoresAStaleDone(t *testing.T) {
 	l := NewLimiter(1, time.Second)
 	t0 := time.Unix(1000, 0)
-	first, _, _ := l.reserve(t0)
+	first, _, _ := l.reserve(t0, false)
 	first.done(t0)
-	if _, wait, freed := l.reserve(t0.Add(2 * time.Second)); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(2*time.Second), false); wait != 0 || freed != nil {
 		t.Fatalf("the slot is not free a window after its answer (wait %v)", wait)
 	}
 	first.done(t0.Add(2 * time.Second)) // stale: the slot is the second request's now
-	if _, _, freed := l.reserve(t0.Add(10 * time.Second)); freed == nil {
+	if _, _, freed := l.reserve(t0.Add(10*time.Second), false); freed == nil {
 		t.Fatal("a stale Done released the slot of the request in flight")
 	}
 }
@@ -165,6 +165,44 @@ func TestParseRetryAfter(t *testing.T) {
 	for name, c := range cases {
 		if got := ParseRetryAfter(c.header); got != c.want {
 			t.Errorf("%s: %v, want %v", name, got, c.want)
+		}
+	}
+}
+
+// A background request (a zone's relisting) waits while an ordinary one (a write)
+// waits: the write takes the next slot though it came later, and the background
+// request takes the one after.
+func TestBackgroundRequestsYieldToOrdinaryOnes(t *testing.T) {
+	l := NewLimiter(1, 200*time.Millisecond)
+	first, err := l.Wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Done()
+	order := make(chan string, 2)
+	go func() {
+		s, err := l.Wait(Background(context.Background()))
+		if err == nil {
+			order <- "background"
+			s.Done()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the background request waits for the window first
+	go func() {
+		s, err := l.Wait(context.Background())
+		if err == nil {
+			order <- "ordinary"
+			s.Done()
+		}
+	}()
+	for _, want := range []string{"ordinary", "background"} {
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("%s request got a slot first, want %s", got, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no slot for the %s request", want)
 		}
 	}
 }

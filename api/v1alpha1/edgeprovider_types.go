@@ -268,11 +268,49 @@ type EdgeProviderStatus struct {
 	// +optional
 	LastProbe *ProbeResult `json:"lastProbe,omitempty"`
 
+	// failover is the last time this edge's health moved TenantRoutes: away when it
+	// became unhealthy, back when it recovered. It is written when the operator
+	// decides, when the records have moved, and as the routes' own statuses follow.
+	// +optional
+	Failover *FailoverStatus `json:"failover,omitempty"`
+
 	// conditions: CredentialsReady, ZonesReady, Healthy.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FailoverStatus summarises one failover (or failback) of an edge's TenantRoutes, so
+// that it shows at once however many routes it moves; each route's own status follows
+// at the pace the API server takes writes.
+type FailoverStatus struct {
+	// edge is the EdgeProvider whose health changed.
+	// +required
+	Edge string `json:"edge"`
+
+	// reason: FailedOver (the edge became unhealthy and routes left it) or FailedBack
+	// (it is healthy again and routes returned to it).
+	// +required
+	Reason string `json:"reason"`
+
+	// startedAt is when the operator decided.
+	// +required
+	StartedAt metav1.MicroTime `json:"startedAt"`
+
+	// moved is how many TenantRoutes changed active edge.
+	// +optional
+	Moved int32 `json:"moved,omitempty"`
+
+	// recordsMovedAt is when every record the failover changed was applied in every
+	// provider it could reach; unset while records are on their way.
+	// +optional
+	RecordsMovedAt *metav1.MicroTime `json:"recordsMovedAt,omitempty"`
+
+	// statusesPending is how many of the moved TenantRoutes' statuses do not show
+	// their new edge yet.
+	// +optional
+	StatusesPending int32 `json:"statusesPending,omitempty"`
 }
 
 // ProbeResult is the result of one health probe.
@@ -312,6 +350,9 @@ type ZoneStatus struct {
 // +kubebuilder:resource:scope=Cluster,categories=routing
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.status.type`
 // +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`
+// +kubebuilder:printcolumn:name="Failover",type=string,JSONPath=`.status.failover.reason`
+// +kubebuilder:printcolumn:name="Moved",type=integer,JSONPath=`.status.failover.moved`
+// +kubebuilder:printcolumn:name="Statuses Pending",type=integer,JSONPath=`.status.failover.statusesPending`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EdgeProvider struct {
 	metav1.TypeMeta `json:",inline"`

@@ -100,11 +100,11 @@ func TestKubectl(t *testing.T) {
 		t.Errorf("kubectl get tenantroutes does not list acme with its tenant and region:\n%s", out)
 	}
 	out = kubectl("get", "edgeproviders")
-	if !regexp.MustCompile(`(?m)^NAME\s+TYPE\s+HEALTHY\s+AGE$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^NAME\s+TYPE\s+HEALTHY\s+FAILOVER\s+MOVED\s+STATUSES PENDING\s+AGE$`).MatchString(out) {
 		t.Errorf("kubectl get edgeproviders header:\n%s", out)
 	}
 	out = kubectl("get", "regions")
-	if !regexp.MustCompile(`(?m)^NAME\s+BACKENDS\s+AGE$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^NAME\s+BACKENDS\s+FAILOVER\s+MOVED\s+STATUSES PENDING\s+AGE$`).MatchString(out) {
 		t.Errorf("kubectl get regions header:\n%s", out)
 	}
 	for _, dir := range []string{"config/default", "config/samples", "config/prometheus", "config/proxy", "config/grafana"} {

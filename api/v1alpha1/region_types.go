@@ -39,6 +39,11 @@ type RegionStatus struct {
 	// +optional
 	BackendCount int32 `json:"backendCount,omitempty"`
 
+	// failover is the last failover or failback that moved this region's TenantRoutes
+	// between edges; its counts are of this region's routes.
+	// +optional
+	Failover *FailoverStatus `json:"failover,omitempty"`
+
 	// conditions describe the region's state.
 	// +optional
 	// +listType=map
@@ -52,6 +57,9 @@ type RegionStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,categories=routing
 // +kubebuilder:printcolumn:name="Backends",type=integer,JSONPath=`.status.backendCount`
+// +kubebuilder:printcolumn:name="Failover",type=string,JSONPath=`.status.failover.reason`
+// +kubebuilder:printcolumn:name="Moved",type=integer,JSONPath=`.status.failover.moved`
+// +kubebuilder:printcolumn:name="Statuses Pending",type=integer,JSONPath=`.status.failover.statusesPending`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Region struct {
 	metav1.TypeMeta `json:",inline"`

@@ -26,6 +26,9 @@ type apiCounts map[string]float64
 // resource name has an underscore.
 const cpuKey = "process_cpu_seconds_total"
 
+// managerCPUKey holds the manager's CPU seconds, from /proc.
+const managerCPUKey = "manager_cpu_seconds"
+
 // apiWrites reads the API server's count of write requests by resource, and its CPU.
 func (r *run) apiWrites(ctx context.Context) (apiCounts, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.w.Config.Host, "/")+"/metrics", nil)
@@ -46,6 +49,7 @@ func (r *run) apiWrites(ctx context.Context) (apiCounts, error) {
 	for _, m := range families[cpuKey].GetMetric() {
 		counts[cpuKey] = m.GetCounter().GetValue()
 	}
+	_, counts[managerCPUKey] = usage(r.mgr.PID())
 	for _, m := range families["apiserver_request_total"].GetMetric() {
 		l := map[string]string{}
 		for _, lp := range m.GetLabel() {
@@ -76,6 +80,8 @@ func (r *run) writesSince(ctx context.Context, before apiCounts) (Writes, error)
 		switch key {
 		case cpuKey:
 			w.APIServerCPU = n - before[key]
+		case managerCPUKey:
+			w.ManagerCPU = n - before[key]
 		case "tenantroutes/status":
 			w.StatusPatches += d
 		case "tenantroutes":

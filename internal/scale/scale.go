@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,8 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/apifloor"
 	"github.com/tenantroute/tenantroute-operator/internal/harness"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
@@ -66,6 +69,9 @@ type Writes struct {
 	// APIServerCPU is the CPU time the API server spent in the phase, in seconds: what
 	// bounds how fast statuses are written on a machine it shares.
 	APIServerCPU float64
+	// ManagerCPU is the manager's CPU time in the phase, in seconds: taken from the
+	// cores the API server could have used.
+	ManagerCPU float64
 }
 
 func (w Writes) String() string {
@@ -77,10 +83,10 @@ func (w Writes) String() string {
 	if w.StatusPatches > 0 {
 		perPatch = fmt.Sprintf(", %.1f ms per status patch", w.APIServerCPU/float64(w.StatusPatches)*1e3)
 	}
-	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages and %d throttled, route53 %d with %d list pages and %d throttled%s); API server CPU %.1f s%s",
+	return fmt.Sprintf("status patches %d, route writes %d, events %d, EdgeProvider status %d, other API writes %d; provider writes %d (calls: cloudflare %d with %d list pages and %d throttled, route53 %d with %d list pages and %d throttled%s); API server CPU %.1f s%s; manager CPU %.1f s",
 		w.StatusPatches, w.RouteWrites, w.Events, w.EdgeStatus, w.Other, w.ProviderWrites,
 		w.CloudflareCalls, w.CloudflareLists, w.CloudflareThrottled, w.Route53Calls, w.Route53Lists, w.Route53Throttled, other,
-		w.APIServerCPU, perPatch)
+		w.APIServerCPU, perPatch, w.ManagerCPU)
 }
 
 // Report of one run; times are from the manager's start, or from the edge going down.
@@ -102,21 +108,87 @@ type Report struct {
 	// which lasts until every status is written).
 	SyncCallsToRecords, FailoverCallsToRecords [2]int // cloudflare, route53
 	FailoverMinimum                            [2]int
+	// FailoverDecided is when the operator decided (the EdgeProvider's
+	// status.failover.startedAt), FailoverShown when its status first said the records
+	// had moved; both from the edge going down.
+	FailoverDecided, FailoverShown time.Duration
+	// When the first route passed, then 10%, 50% and 90% of them, in each phase.
+	SyncMarks, FailoverMarks [4]time.Duration
+	// The floor of each status phase: what the statuses the operator wrote cost the
+	// API server and etcd per patch, measured on this run's control plane once the
+	// manager stopped (see floor).
+	FloorSync, FloorFailover apifloor.Cost
 }
 
 func (r Report) String() string {
 	return fmt.Sprintf(`%d TenantRoutes over %d zones
-  initial sync: records converged %.1f s, all Ready %.1f s; %s
+  initial sync: records converged %.1f s, all Ready %.1f s (%s); %s
     provider calls until the records converged: cloudflare %d, route53 %d; minimum %d, %d
-  failover of every route: records moved %.1f s, statuses updated %.1f s; %s
+  failover of every route: records moved %.1f s, statuses updated %.1f s (%s); %s
+    decided %.1f s; the EdgeProvider showed the records moved at %.1f s
     provider calls until the records moved: cloudflare %d, route53 %d; minimum %d, %d
   steady state, %s: %s
-  manager: peak RSS %.0f MiB, CPU %.1f s`,
-		r.Routes, r.Zones, r.RecordsConverged.Seconds(), r.AllReady.Seconds(), r.Sync,
+  manager: peak RSS %.0f MiB, CPU %.1f s
+%s`,
+		r.Routes, r.Zones, r.RecordsConverged.Seconds(), r.AllReady.Seconds(), marks(r.SyncMarks), r.Sync,
 		r.SyncCallsToRecords[0], r.SyncCallsToRecords[1], r.CloudflareMinimum, r.Route53Minimum,
-		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), r.Failover,
+		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), marks(r.FailoverMarks), r.Failover,
+		r.FailoverDecided.Seconds(), r.FailoverShown.Seconds(),
 		r.FailoverCallsToRecords[0], r.FailoverCallsToRecords[1], r.FailoverMinimum[0], r.FailoverMinimum[1], r.SteadyFor, r.Steady,
-		r.PeakRSSMiB, r.CPUSeconds)
+		r.PeakRSSMiB, r.CPUSeconds, r.floorReport())
+}
+
+func marks(m [4]time.Duration) string {
+	return fmt.Sprintf("first %.1f s, 10%% %.1f s, 50%% %.1f s, 90%% %.1f s", m[0].Seconds(), m[1].Seconds(), m[2].Seconds(), m[3].Seconds())
+}
+
+// floorReport sets each status phase beside its floor: N patches at the CPU each cost
+// the control plane, with every core given to it.
+func (r Report) floorReport() string {
+	if r.FloorSync.PerPatch() == 0 {
+		return "  floor: not measured"
+	}
+	line := func(phase string, took time.Duration, c apifloor.Cost) string {
+		floor := c.Floor(r.Routes)
+		return fmt.Sprintf("  %s: %.1f s; floor %.1f s (%d x %.2f ms API server + %.2f ms etcd / %d cores); ratio %.2f",
+			phase, took.Seconds(), floor.Seconds(), r.Routes, c.API*1e3, c.Etcd*1e3, runtime.NumCPU(), took.Seconds()/floor.Seconds())
+	}
+	return "status phases against the floor measured on this run's API server:\n" +
+		line("all Ready, from the manager's start", r.AllReady, r.FloorSync) + "\n" +
+		line("failover statuses, from the decision", r.FailoverStatus-r.FailoverDecided, r.FloorFailover) + "\n" +
+		line("failover statuses, from the edge going down", r.FailoverStatus, r.FloorFailover)
+}
+
+// watchFailover follows the EdgeProvider's status.failover from t0 until the returned
+// func is called, which says when the operator decided and when the status first
+// showed the records moved.
+func (r *run) watchFailover(ctx context.Context, t0 time.Time) func() (decided, shown time.Duration) {
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var decided, shown time.Duration
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ep := &v1.EdgeProvider{}
+			if err := r.w.Client.Get(ctx, client.ObjectKey{Name: harness.CloudflareEdge}, ep); err == nil {
+				if f := ep.Status.Failover; f != nil && f.Reason == v1.ReasonFailedOver && f.StartedAt.After(t0) {
+					decided = f.StartedAt.Sub(t0)
+					if f.RecordsMovedAt != nil && shown == 0 {
+						shown = time.Since(t0)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (time.Duration, time.Duration) {
+		stop()
+		<-done
+		return decided, shown
+	}
 }
 
 type run struct {
@@ -199,18 +271,28 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	defer r.mgr.Stop(syscall.SIGTERM)
 	// Read before the manager stops, also when a phase failed or timed out.
-	defer func() { rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID()) }()
+	defer func() {
+		if pid := r.mgr.PID(); pid != 0 {
+			rep.PeakRSSMiB, rep.CPUSeconds = usage(pid)
+		}
+	}()
 
 	cfg.Log("manager started: waiting for the records and the statuses")
-	if rep.RecordsConverged, rep.AllReady, err = r.waitBoth(ctx, start, r.onEdge(false), &rep.SyncCallsToRecords, func(tr *v1.TenantRoute) bool {
+	sync, err := r.waitBoth(ctx, start, r.onEdge(false), &rep.SyncCallsToRecords, func(tr *v1.TenantRoute) bool {
 		return tr.Status.ObservedGeneration == tr.Generation && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
-	}); err != nil {
+	})
+	rep.RecordsConverged, rep.AllReady, rep.SyncMarks = sync.records, sync.all, sync.marks
+	if err != nil {
 		return rep, err
 	}
 	if rep.Sync, err = r.writesSince(ctx, before); err != nil {
 		return rep, err
 	}
 	cfg.Log("synced: records %.1f s, Ready %.1f s", rep.RecordsConverged.Seconds(), rep.AllReady.Seconds())
+	synced, err := r.sampleStatus()
+	if err != nil {
+		return rep, err
+	}
 
 	// Steady state: nothing changes, nothing should be written.
 	time.Sleep(10 * time.Second) // the last events and statuses of the sync land
@@ -233,9 +315,13 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	w.R53.ResetCounters()
 	down := time.Now()
 	w.CFUp.Store(false)
-	if rep.FailoverRecords, rep.FailoverStatus, err = r.waitBoth(ctx, down, r.onEdge(true), &rep.FailoverCallsToRecords, func(tr *v1.TenantRoute) bool {
+	shown := r.watchFailover(ctx, down)
+	failover, err := r.waitBoth(ctx, down, r.onEdge(true), &rep.FailoverCallsToRecords, func(tr *v1.TenantRoute) bool {
 		return tr.Status.ActiveEdge == harness.AWSEdge && meta.IsStatusConditionTrue(tr.Status.Conditions, v1.ConditionReady)
-	}); err != nil {
+	})
+	rep.FailoverRecords, rep.FailoverStatus, rep.FailoverMarks = failover.records, failover.all, failover.marks
+	rep.FailoverDecided, rep.FailoverShown = shown()
+	if err != nil {
 		return rep, err
 	}
 	time.Sleep(5 * time.Second)
@@ -243,41 +329,70 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	cfg.Log("failover: records %.1f s, statuses %.1f s", rep.FailoverRecords.Seconds(), rep.FailoverStatus.Seconds())
+	failedOver, err := r.sampleStatus()
+	if err != nil {
+		return rep, err
+	}
+	rep.PeakRSSMiB, rep.CPUSeconds = usage(r.mgr.PID())
+	r.mgr.Stop(syscall.SIGTERM)
+	cfg.Log("manager stopped: measuring the floor")
+	if rep.FloorSync, rep.FloorFailover, err = r.floor(ctx, synced, failedOver); err != nil {
+		return rep, fmt.Errorf("measuring the floor: %w", err)
+	}
 	return rep, nil
+}
+
+// sampleStatus is the status the operator wrote on the first route, for the floor.
+func (r *run) sampleStatus() (*v1.TenantRouteStatus, error) {
+	tr := &v1.TenantRoute{}
+	if err := r.routes.Get(context.Background(), client.ObjectKey{Namespace: harness.RoutesNamespace, Name: r.names[0]}, tr); err != nil {
+		return nil, fmt.Errorf("reading a route's status for the floor: %w", err)
+	}
+	return tr.Status.DeepCopy(), nil
+}
+
+// phase is when a phase's records and statuses first held, from its start.
+type phase struct {
+	records, all time.Duration
+	// marks: when the first route passed, then 10%, 50% and 90% of them.
+	marks [4]time.Duration
 }
 
 // waitBoth waits until records(...) and every route passes routeOK, and returns when
 // each first held, from t0; calls gets the provider calls made until records held.
-func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, calls *[2]int, routeOK func(*v1.TenantRoute) bool) (time.Duration, time.Duration, error) {
+func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, calls *[2]int, routeOK func(*v1.TenantRoute) bool) (phase, error) {
+	var ph phase
 	routes, err := r.passing(ctx, routeOK)
 	if err != nil {
-		return 0, 0, err
+		return ph, err
 	}
 	defer routes.stop()
-	var recordsAt, routesAt time.Duration
 	deadline := t0.Add(r.cfg.Timeout)
-	for recordsAt == 0 || routesAt == 0 {
+	for ph.records == 0 || ph.all == 0 {
 		if time.Now().After(deadline) {
-			return recordsAt, routesAt, fmt.Errorf("not done after %s (records after %s, routes after %s)", r.cfg.Timeout, recordsAt, routesAt)
+			return ph, fmt.Errorf("not done after %s (records after %s, routes after %s)", r.cfg.Timeout, ph.records, ph.all)
 		}
-		if recordsAt == 0 && records() {
-			recordsAt = time.Since(t0)
+		if ph.records == 0 && records() {
+			ph.records = time.Since(t0)
 			for i, counters := range []map[string]int{r.w.CF.Counters(), r.w.R53.Counters()} {
 				for _, n := range counters {
 					calls[i] += n
 				}
 			}
 		}
-		if at := routes.allAt(); routesAt == 0 && !at.IsZero() {
-			routesAt = at.Sub(t0)
+		if at := routes.allAt(); ph.all == 0 && !at.IsZero() {
+			ph.all = at.Sub(t0)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return ph, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return recordsAt, routesAt, nil
+	for i, at := range routes.marksAt() {
+		ph.marks[i] = at.Sub(t0)
+	}
+	return ph, nil
 }
 
 // passingRoutes follows, from the route watch's events, which routes pass a check,
@@ -285,11 +400,13 @@ func (r *run) waitBoth(ctx context.Context, t0 time.Time, records func() bool, c
 // cost the harness 0.4 of this machine's 2 cores at 100,000 routes, beside the API
 // server whose writes it times.
 type passingRoutes struct {
-	mu     sync.Mutex
-	ok     map[string]bool
-	n      int // routes in ok that pass
-	total  int
-	all    time.Time
+	mu    sync.Mutex
+	ok    map[string]bool
+	n     int // routes in ok that pass
+	total int
+	all   time.Time
+	// marks: when the first route passed, then 10%, 50% and 90% of them.
+	marks  [4]time.Time
 	remove func()
 }
 
@@ -336,9 +453,21 @@ func (p *passingRoutes) set(name string, ok bool) {
 	} else {
 		p.n--
 	}
-	if p.n == p.total && p.all.IsZero() {
-		p.all = time.Now()
+	now := time.Now()
+	for i, share := range [4]int{0, 10, 50, 90} {
+		if p.marks[i].IsZero() && p.n > 0 && p.n*100 >= share*p.total {
+			p.marks[i] = now
+		}
 	}
+	if p.n == p.total && p.all.IsZero() {
+		p.all = now
+	}
+}
+
+func (p *passingRoutes) marksAt() [4]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.marks
 }
 
 // allAt is when every route first passed, zero until then.

@@ -17,6 +17,7 @@ type pending struct {
 	batch    map[string][]providers.Record // the desires to plan, by owner
 	unlisted map[string]struct{}           // empty desires declared before the first listing
 	sweep    bool                          // look for orphans
+	resync   bool                          // the listing is a resync's
 }
 
 // flush plans the pending owners against the zone and applies their changes. With
@@ -30,7 +31,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		q.flushing = false
 		q.mu.Unlock()
 	}()
-	if len(p.batch) == 0 && len(p.unlisted) == 0 && !p.sweep {
+	if len(p.batch) == 0 && len(p.unlisted) == 0 && !p.sweep && !p.resync {
 		return nil
 	}
 
@@ -85,7 +86,7 @@ func (q *Queue) take() *pending {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.flushing = true
-	p := &pending{since: q.firstDirty, batch: map[string][]providers.Record{}, unlisted: q.unlisted, sweep: q.sweep}
+	p := &pending{since: q.firstDirty, batch: map[string][]providers.Record{}, unlisted: q.unlisted, sweep: q.sweep, resync: q.resyncing}
 	for key, o := range q.owners {
 		if o.dirty {
 			p.batch[key] = o.desired
@@ -95,7 +96,7 @@ func (q *Queue) take() *pending {
 	q.unlisted = nil
 	q.firstDirty = time.Time{}
 	q.expedite = false
-	q.sweep = false
+	q.sweep, q.resyncing = false, false
 	return p
 }
 
@@ -103,7 +104,18 @@ func (q *Queue) take() *pending {
 // desires of owners with records here join the flush; the others are answered now.
 // After a failed listing all of them join, as the error is theirs too.
 func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error) {
-	current, err := q.provider.ListRecords(ctx, q.zone)
+	var current []providers.Record
+	var err error
+	if r, ok := q.provider.(relister); ok && p.resync {
+		// A resync's listing is hundreds of pages at 100,000 routes; the writes of
+		// other zones (a failover) go first.
+		var drifted map[string]bool
+		if current, drifted, err = r.Relist(providers.Background(ctx), q.zone); err == nil {
+			q.replanDrifted(p.batch, current, drifted)
+		}
+	} else {
+		current, err = q.provider.ListRecords(ctx, q.zone)
+	}
 	present := map[string]struct{}{}
 	if err == nil {
 		for _, r := range current {
@@ -134,11 +146,14 @@ func (q *Queue) listFailed(p *pending, outcomes map[string]*Outcome, err error) 
 		o.Err = err
 	}
 	q.finish(p.batch, outcomes, nil, false)
+	q.mu.Lock()
 	if p.sweep {
-		q.mu.Lock()
 		q.scheduleSweep() // look again once the zone can be listed
-		q.mu.Unlock()
 	}
+	if p.resync {
+		q.resyncing = true
+	}
+	q.mu.Unlock()
 }
 
 // adopt turns the unlisted empty desires of owners with records in the zone (all of

@@ -121,6 +121,7 @@ type Queue struct {
 	// plan and outcome in the flush, was half the manager's heap at its peak.
 	unlisted    map[string]struct{}
 	sweep       bool // the next flush looks for orphans
+	resyncing   bool // the next flush lists the zone again for a resync
 	firstDirty  time.Time
 	lastDesired time.Time
 	expedite    bool

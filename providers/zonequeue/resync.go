@@ -1,23 +1,67 @@
 package zonequeue
 
 import (
+	"context"
+	"slices"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
-// resyncAll lists the zone again and re-plans every owner: records someone else
-// deleted or changed are repaired, and names someone else released are taken.
+// relister is a provider that lists a zone again and says where it drifted
+// (providers.Cached).
+type relister interface {
+	Relist(ctx context.Context, zone providers.Zone) ([]providers.Record, map[string]bool, error)
+}
+
+// resyncAll has the next flush list the zone again and re-plan the owners of what
+// someone else changed: records deleted or changed behind the operator's back are
+// repaired, names released are taken, and owners with conflicts or rejected records
+// try again. With a provider that cannot tell where the zone drifted, every owner is
+// re-planned.
 func (q *Queue) resyncAll() {
-	if inv, ok := q.provider.(interface{ Invalidate(providers.Zone) }); ok {
-		inv.Invalidate(q.zone)
+	_, relists := q.provider.(relister)
+	if !relists {
+		if inv, ok := q.provider.(interface{ Invalidate(providers.Zone) }); ok {
+			inv.Invalidate(q.zone)
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, o := range q.owners {
-		q.markDirty(o)
+	q.resyncing = true
+	if relists {
+		q.touch() // the flush decides whom to re-plan once it has listed
+	} else {
+		for _, o := range q.owners {
+			q.markDirty(o)
+		}
 	}
 	q.scheduleSweep()
+}
+
+// replanDrifted adds to a resync's batch the owners it concerns: those with records
+// or desires at a drifted name (every owner when drifted is nil), and those with
+// conflicts or rejected records.
+func (q *Queue) replanDrifted(batch map[string][]providers.Record, current []providers.Record, drifted map[string]bool) {
+	holders := map[string]bool{}
+	for _, r := range current {
+		if r.Owner != "" && drifted[r.Name] {
+			holders[r.Owner] = true
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key, o := range q.owners {
+		if _, in := batch[key]; in {
+			continue
+		}
+		concerned := drifted == nil || holders[key] || len(o.outcome.Conflicts) > 0 || len(o.outcome.Failed) > 0 ||
+			slices.ContainsFunc(o.desired, func(r providers.Record) bool { return drifted[r.Name] })
+		if concerned {
+			batch[key] = o.desired
+			o.dirty = false
+		}
+	}
 }
 
 // scheduleSweep makes the next flush, due now, look for orphans. q.mu is held or q

@@ -15,62 +15,32 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/apifloor"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
 func main() {
 	n := flag.Int("routes", 3000, "TenantRoutes whose status is patched in each round")
-	writers := flag.Int("writers", 32, "patches in flight at once")
 	watchers := flag.Int("watchers", 1, "informers watching the routes, as the operator's own does")
+	flag.IntVar(&apifloor.Writers, "writers", apifloor.Writers, "patches in flight at once")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
-	if err := run(*n, *writers, *watchers); err != nil {
+	if err := run(*n, *watchers); err != nil {
 		fmt.Fprintln(os.Stderr, "apiwrites:", err)
 		os.Exit(1)
 	}
-}
-
-// cpu reads process_cpu_seconds_total from a /metrics endpoint.
-func cpu(ctx context.Context, hc *http.Client, url string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", url, err)
-	}
-	m := families["process_cpu_seconds_total"].GetMetric()
-	if len(m) == 0 {
-		return 0, fmt.Errorf("%s has no process_cpu_seconds_total", url)
-	}
-	return m[0].GetCounter().GetValue(), nil
 }
 
 // status is what the operator writes for a Ready route with one hostname and two
@@ -115,11 +85,10 @@ type round struct {
 	name       string
 	minimal    bool
 	failedOver bool
-	api, etcd  float64 // CPU seconds per patch
-	rate       float64 // patches per second
+	cost       apifloor.Cost
 }
 
-func run(n, writers, watchers int) error {
+func run(n, watchers int) error {
 	ctx := context.Background()
 	env, cfg, err := testenv.Start()
 	if err != nil {
@@ -146,39 +115,9 @@ func run(n, writers, watchers int) error {
 			return fmt.Errorf("the route watch did not sync")
 		}
 	}
-	apiHTTP, err := rest.HTTPClientFor(cfg)
+	cp, err := apifloor.For(env, cfg)
 	if err != nil {
 		return err
-	}
-	apiMetrics := strings.TrimSuffix(cfg.Host, "/") + "/metrics"
-	etcdMetrics := env.ControlPlane.Etcd.URL.String() + "/metrics"
-	controlPlaneCPU := func() (api, etcd float64, err error) {
-		if api, err = cpu(ctx, apiHTTP, apiMetrics); err != nil {
-			return 0, 0, err
-		}
-		etcd, err = cpu(ctx, http.DefaultClient, etcdMetrics)
-		return api, etcd, err
-	}
-
-	// Runs f(i) for every route, writers at a time.
-	each := func(routes []*v1.TenantRoute, f func(*v1.TenantRoute) error) (time.Duration, error) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		var firstErr error
-		var once sync.Once
-		start := time.Now()
-		for range writers {
-			wg.Go(func() {
-				for i := int(next.Add(1)) - 1; i < len(routes); i = int(next.Add(1)) - 1 {
-					if err := f(routes[i]); err != nil {
-						once.Do(func() { firstErr = err })
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start), firstErr
 	}
 
 	rounds := []round{
@@ -202,40 +141,26 @@ func run(n, writers, watchers int) error {
 					Spec: v1.TenantRouteSpec{TenantID: name + "-" + ns, Region: "eu-west", Hostnames: []string{name + "." + ns + ".example.com"},
 						Edges: []string{"cloudflare", "aws"}, TTL: 60}}
 			}
-			if _, err := each(routes, func(tr *v1.TenantRoute) error { return c.Create(ctx, tr) }); err != nil {
+			if _, err := apifloor.Each(routes, func(tr *v1.TenantRoute) error { return c.Create(ctx, tr) }); err != nil {
 				return fmt.Errorf("creating the routes: %w", err)
 			}
 		}
-		api0, etcd0, err := controlPlaneCPU()
-		if err != nil {
+		if r.cost, err = apifloor.Patch(ctx, c, cp, routes, func(tr *v1.TenantRoute) { status(tr, r.failedOver, r.minimal) }); err != nil {
 			return err
 		}
-		took, err := each(routes, func(tr *v1.TenantRoute) error {
-			before := tr.DeepCopy()
-			status(tr, r.failedOver, r.minimal)
-			return c.Status().Patch(ctx, tr, client.MergeFrom(before)) // as the operator writes it
-		})
-		if err != nil {
-			return fmt.Errorf("patching statuses: %w", err)
-		}
-		api1, etcd1, err := controlPlaneCPU()
-		if err != nil {
-			return err
-		}
-		r.api, r.etcd, r.rate = (api1-api0)/float64(n), (etcd1-etcd0)/float64(n), float64(n)/took.Seconds()
 	}
 
 	cores := runtime.NumCPU()
-	fmt.Printf("CPU per TenantRoute status patch, %d routes a round, %d in flight, %d watch(es) of the routes, nothing else running:\n", n, writers, watchers)
+	fmt.Printf("CPU per TenantRoute status patch, %d routes a round, %d in flight, %d watch(es) of the routes, nothing else running:\n", n, apifloor.Writers, watchers)
 	fmt.Printf("  %-52s %12s %10s %12s\n", "", "API server", "etcd", "patches/s")
 	for _, r := range rounds {
-		fmt.Printf("  %-52s %9.2f ms %7.2f ms %12.0f\n", r.name, r.api*1e3, r.etcd*1e3, r.rate)
+		fmt.Printf("  %-52s %9.2f ms %7.2f ms %12.0f\n", r.name, r.cost.API*1e3, r.cost.Etcd*1e3, r.cost.Rate)
 	}
 	fmt.Printf("floor of the status patches alone, with all %d cores given to the API server and etcd:\n", cores)
 	for _, routes := range []int{10000, 100000} {
 		fmt.Printf("  %7d routes:", routes)
 		for _, r := range rounds {
-			fmt.Printf(" %6.1f s", float64(routes)*(r.api+r.etcd)/float64(cores))
+			fmt.Printf(" %6.1f s", r.cost.Floor(routes).Seconds())
 		}
 		fmt.Println("   (in the order above)")
 	}
