@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,6 +148,9 @@ func runAll(ctx context.Context, c config) error {
 		LeaderElection:                c.leaderElection,
 		LeaderElectionID:              "tenantroute-operator.routing.tenantroute.io",
 		LeaderElectionReleaseOnCancel: true,
+		// The embedded proxy drains before the manager exits (--shutdown-delay, then
+		// --shutdown-timeout); the manager waits for it, with a margin.
+		GracefulShutdownTimeout: ptr.To(c.upstream.ShutdownDelay + c.upstream.ShutdownTimeout + 5*time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -195,6 +199,11 @@ func runAll(ctx context.Context, c config) error {
 		if err := mgr.Add(&proxy.Server{Proxy: p, Listen: c.proxyAddr}); err != nil {
 			return err
 		}
+		// Readiness fails as soon as the proxy drains, so that its Service stops sending
+		// it clients while it still accepts them.
+		if err := mgr.AddReadyzCheck("proxy", drainCheck(p)); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -240,25 +249,45 @@ func runProxy(ctx context.Context, c config) error {
 	}
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	probes.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	runnables := []interface{ Start(context.Context) error }{
-		&proxy.Server{Proxy: p, Listen: c.proxyAddr},
-		httpServer(c.probeAddr, probes),
-	}
+	ready := drainCheck(p)
+	probes.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	// The probes and metrics outlive the proxy's drain: readiness says 503 while it
+	// drains, and they stop once it is done.
+	side := []interface{ Start(context.Context) error }{httpServer(c.probeAddr, probes)}
 	if c.metricsAddr != "0" {
-		runnables = append(runnables, httpServer(c.metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+		side = append(side, httpServer(c.metricsAddr, promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	}
 	ctrl.Log.Info("starting proxy", "listen", c.proxyAddr, "lookup", c.lookupURL, "redis", kv != nil)
-	errs := make(chan error, len(runnables))
-	for _, r := range runnables {
-		go func() { errs <- r.Start(ctx) }()
+	sideCtx, stopSide := context.WithCancel(context.Background())
+	defer stopSide()
+	errs := make(chan error, len(side)+1)
+	for _, r := range side {
+		go func() { errs <- r.Start(sideCtx) }()
 	}
-	for range runnables {
-		if err := <-errs; err != nil {
-			return err
+	proxyDone := make(chan error, 1)
+	go func() { proxyDone <- (&proxy.Server{Proxy: p, Listen: c.proxyAddr}).Start(ctx) }()
+	select {
+	case err = <-proxyDone:
+	case err = <-errs: // a side server failed: the process restarts
+	}
+	stopSide()
+	return err
+}
+
+// drainCheck fails once the proxy drains (readiness).
+func drainCheck(p *proxy.Proxy) func(*http.Request) error {
+	return func(*http.Request) error {
+		if p.Draining() {
+			return errors.New("the proxy is shutting down")
 		}
+		return nil
 	}
-	return nil
 }
 
 // httpServer runs a net/http server until its context ends.

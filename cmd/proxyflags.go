@@ -24,6 +24,8 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.DurationVar(&o.ClientReadTimeout, "client-read-timeout", proxy.DefaultClientReadTimeout, "Longest wait between two reads of a request body.")
 	fs.DurationVar(&o.ClientWriteTimeout, "client-write-timeout", proxy.DefaultClientWriteTimeout, "Longest wait between two writes of a response to a client.")
 	fs.DurationVar(&o.TunnelIdleTimeout, "websocket-idle-timeout", proxy.DefaultTunnelIdleTimeout, "A WebSocket tunnel in which neither side sent anything for this long is closed.")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", proxy.DefaultShutdownDelay, "On SIGTERM the proxy fails its readiness and keeps accepting this long (answering with Connection: close), so that load balancers and endpoints drop it before it stops listening.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "Then, how long requests, streams and WebSocket tunnels in flight may take to finish (tunnels get a close frame) before the proxy exits.")
 	fs.IntVar(&o.MaxConns, "max-conns", proxy.DefaultMaxConns, "Client connections at most (503 past it).")
 	fs.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", proxy.DefaultMaxConnsPerIP, "Client connections from one address at most (429 past it); trusted proxies are exempt.")
 	fs.Func("trusted-proxies", "Comma-separated CIDRs or addresses of load balancers/CDNs whose X-Forwarded-*, Forwarded, X-Real-IP and True-Client-IP headers are kept and extended; everyone else's are replaced.", func(v string) error {

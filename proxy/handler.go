@@ -26,6 +26,10 @@ type Proxy struct {
 	tls   *TLSOptions // nil: plain HTTP only
 	// limits count client connections across the listeners.
 	limits *connLimits
+	// draining: the proxy is shutting down (see drain.go); handed: the connections
+	// handed over by fasthttp (tunnels, HTTP/1.0 streams), which it does not wait for.
+	draining atomic.Bool
+	handed   handedOver
 
 	mu         sync.Mutex
 	upstreams  map[string]*upstream // by backend URL
@@ -53,6 +57,10 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	bufp := hostBufs.Get().(*[]byte)
 	defer hostBufs.Put(bufp)
 	req := &ctx.Request
+	if p.draining.Load() {
+		// Shutting down: this client's next request goes to another replica.
+		ctx.SetConnectionClose()
+	}
 	// The header is in: a body is bounded between reads from now on, not by the
 	// header's deadline.
 	if hasBody(&req.Header) {
@@ -188,6 +196,7 @@ func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
 	head := append([]byte(nil), resp.Header.Header()...)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
+		defer p.handed.take(c, nil)()
 		defer body.finish()
 		if _, err := c.Write(head); err == nil {
 			_, _ = io.Copy(c, body)

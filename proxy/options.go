@@ -58,6 +58,13 @@ type Options struct {
 	// Forwarded, X-Real-IP, True-Client-IP) are kept and extended; anyone else's are
 	// replaced.
 	TrustedProxies []netip.Prefix
+	// ShutdownDelay: once the proxy is told to stop, it keeps accepting connections
+	// this long, answering with Connection: close and failing its readiness, so that
+	// load balancers and Service endpoints stop sending it clients before it stops
+	// listening (0: no delay). ShutdownTimeout then bounds how long requests, streams
+	// and WebSocket tunnels in flight may take to finish.
+	ShutdownDelay   time.Duration
+	ShutdownTimeout time.Duration
 }
 
 // Defaults of the options; cmd/ uses them for its flags.
@@ -76,6 +83,8 @@ const (
 	DefaultTunnelIdleTimeout       = 10 * time.Minute
 	DefaultMaxConns                = 10000
 	DefaultMaxConnsPerIP           = 256
+	DefaultShutdownDelay           = 5 * time.Second
+	DefaultShutdownTimeout         = 30 * time.Second
 )
 
 func (o *Options) defaults() {
@@ -99,6 +108,7 @@ func (o *Options) defaults() {
 	set(&o.ClientReadTimeout, DefaultClientReadTimeout)
 	set(&o.ClientWriteTimeout, DefaultClientWriteTimeout)
 	set(&o.TunnelIdleTimeout, DefaultTunnelIdleTimeout)
+	set(&o.ShutdownTimeout, DefaultShutdownTimeout)
 	setInt(&o.MaxConnsPerBackend, DefaultMaxConnsPerBackend)
 	setInt(&o.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 	setInt(&o.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)

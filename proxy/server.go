@@ -60,16 +60,29 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	select {
 	case err := <-errs:
 		// One listener failed: the process must end (and restart) rather than serve on
-		// the other alone; long-lived connections get the same grace as on shutdown.
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.ShutdownWithContext(shutdown)
+		// the other alone; what is in flight gets the same grace as on shutdown.
+		p.drain(srv, 0)
 		return err
 	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return srv.ShutdownWithContext(shutdown)
+		p.drain(srv, p.opts.ShutdownDelay)
+		return nil
 	}
+}
+
+// drain shuts the proxy down without failing a request: readiness fails and every
+// answer says Connection: close, while the listeners keep accepting for delay (load
+// balancers and endpoints stop sending clients meanwhile); then the listeners close,
+// idle connections close, and requests, streams and tunnels in flight get
+// ShutdownTimeout to finish, tunnels with a close frame to both their ends. What is
+// left then is cut.
+func (p *Proxy) drain(srv *fasthttp.Server, delay time.Duration) {
+	p.draining.Store(true)
+	time.Sleep(delay)
+	shutdown, cancel := context.WithTimeout(context.Background(), p.opts.ShutdownTimeout)
+	defer cancel()
+	p.handed.goAway()
+	_ = srv.ShutdownWithContext(shutdown)
+	p.handed.wait(shutdown)
 }
 
 // newServer returns the fasthttp server of the proxy. Its own timeouts cover only

@@ -117,23 +117,34 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 	ctx.Hijack(func(client net.Conn) {
 		defer backend.Close()
 		_ = client.SetWriteDeadline(time.Now().Add(idle))
-		if _, err := client.Write(append(head, pending...)); err != nil {
+		if _, err := client.Write(head); err != nil {
 			return
 		}
-		pipe(client, backend, idle)
+		t := newTunnel(client, backend)
+		defer p.handed.take(client, t)()
+		// What the backend sent after its 101 is the tunnel's first frames.
+		if len(pending) > 0 {
+			if _, err := t.down.forward(pending); err != nil {
+				return
+			}
+		}
+		pipe(t, idle)
 	})
 }
 
 // pipe copies both ways until either side ends or neither has sent anything for
-// idle; once one direction ends, the other gets a few seconds to finish.
-func pipe(client, backend net.Conn, idle time.Duration) {
+// idle; once one direction ends, the other gets a few seconds to finish. After a
+// close frame went one way (a peer's own, or the proxy's when it drains), what comes
+// that way is read and dropped until the sender closes.
+func pipe(t *tunnel, idle time.Duration) {
+	client, backend := t.client, t.backend
 	var last atomic.Int64
 	var ending atomic.Bool // one direction ended: the other only finishes
 	last.Store(time.Now().UnixNano())
 	done := make(chan bool, 2) // true: ended because the tunnel was idle
-	copyOneWay := func(dst, src net.Conn) {
+	copyOneWay := func(d *direction, src net.Conn) {
 		idleEnd := false
-		defer func() { closeWrite(dst); done <- idleEnd }()
+		defer func() { closeWrite(d.dst); done <- idleEnd }()
 		buf := make([]byte, 32<<10)
 		for {
 			if !ending.Load() {
@@ -142,8 +153,8 @@ func pipe(client, backend net.Conn, idle time.Duration) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				last.Store(time.Now().UnixNano())
-				_ = dst.SetWriteDeadline(time.Now().Add(idle))
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+				_ = d.dst.SetWriteDeadline(time.Now().Add(idle))
+				if _, werr := d.forward(buf[:n]); werr != nil {
 					return
 				}
 			}
@@ -160,8 +171,8 @@ func pipe(client, backend net.Conn, idle time.Duration) {
 			}
 		}
 	}
-	go copyOneWay(backend, client)
-	go copyOneWay(client, backend)
+	go copyOneWay(&t.up, client)
+	go copyOneWay(&t.down, backend)
 	deadline := time.Now().Add(5 * time.Second)
 	if <-done {
 		deadline = time.Now() // idle: both directions end now

@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"net"
+	"testing"
+)
+
+// frame is a WebSocket frame: its header (2, 4 or 10 bytes, with a 4-byte mask key
+// when masked) and payload.
+func frame(opcode byte, payload []byte, masked bool) []byte {
+	b := []byte{0x80 | opcode}
+	m := byte(0)
+	if masked {
+		m = 0x80
+	}
+	switch n := len(payload); {
+	case n < 126:
+		b = append(b, m|byte(n))
+	case n < 1<<16:
+		b = append(b, m|126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, m|127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	if masked {
+		b = append(b, 1, 2, 3, 4)
+	}
+	return append(b, payload...)
+}
+
+// The tracker finds every frame's end however the stream is cut into reads: frames
+// of every length encoding, masked or not, empty ones included.
+func TestFrameBoundariesWhereverTheReadsEnd(t *testing.T) {
+	var stream []byte
+	var ends []int
+	for i, n := range []int{0, 1, 125, 126, 200, 65535, 65536, 70000, 3} {
+		stream = append(stream, frame(0x2, bytes.Repeat([]byte{byte(i)}, n), i%2 == 0)...)
+		ends = append(ends, len(stream))
+	}
+	stream = append(stream, frame(0x8, []byte{0x03, 0xe8}, false)...)
+	ends = append(ends, len(stream))
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		var f frameBoundaries
+		var found []int
+		for off := 0; off < len(stream); {
+			chunk := stream[off:min(off+1+r.IntN(9000), len(stream))]
+			for len(chunk) > 0 {
+				k, _ := f.step(chunk)
+				chunk, off = chunk[k:], off+k
+				if f.atBoundary() {
+					found = append(found, off)
+				}
+			}
+		}
+		if !equalInts(found, ends) {
+			t.Fatalf("seed %d: boundaries at %v, want %v", seed, found, ends)
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Draining puts the close frame between two frames, never inside one, and passes
+// nothing after it; a peer's own close frame is noticed and not followed by another.
+func TestGoAwayClosesBetweenFrames(t *testing.T) {
+	first, second := frame(0x1, bytes.Repeat([]byte("a"), 300), false), frame(0x1, []byte("b"), false)
+	for _, masked := range []bool{false, true} {
+		client, peer := net.Pipe()
+		got := make(chan []byte, 1)
+		go func() {
+			var all []byte
+			buf := make([]byte, 4096)
+			for {
+				n, err := peer.Read(buf)
+				all = append(all, buf[:n]...)
+				if err != nil {
+					got <- all
+					return
+				}
+			}
+		}()
+		d := &direction{dst: client, masked: masked}
+		if _, err := d.forward(first[:100]); err != nil { // the middle of a frame
+			t.Fatal(err)
+		}
+		d.goAway()
+		if _, err := d.forward(append(append([]byte{}, first[100:]...), second...)); err != nil {
+			t.Fatal(err)
+		}
+		if more, _ := d.forward(second); more {
+			t.Error("a direction that sent its close frame forwards more")
+		}
+		client.Close()
+		out := <-got
+		if !bytes.HasPrefix(out, first) {
+			t.Fatalf("masked %t: the first frame did not pass whole", masked)
+		}
+		closing := out[len(first):]
+		want := 4
+		if masked {
+			want = 8
+		}
+		if len(closing) != want || closing[0] != 0x88 || (closing[1]&0x80 != 0) != masked {
+			t.Fatalf("masked %t: after the frame %x, want a close frame and nothing else", masked, closing)
+		}
+		code := []byte{closing[len(closing)-2], closing[len(closing)-1]}
+		if masked {
+			code[0] ^= closing[2]
+			code[1] ^= closing[3]
+		}
+		if binary.BigEndian.Uint16(code) != 1001 {
+			t.Fatalf("masked %t: close status %d, want 1001", masked, binary.BigEndian.Uint16(code))
+		}
+	}
+
+	// The peer closes first: its close frame passes, and draining adds none.
+	client, peer := net.Pipe()
+	go func() { _, _ = peer.Read(make([]byte, 64)) }()
+	d := &direction{dst: client}
+	if more, err := d.forward(frame(0x8, []byte{0x03, 0xe8}, false)); more || err != nil {
+		t.Fatalf("after the peer's close frame: more %t, %v", more, err)
+	}
+	d.goAway()
+	client.Close()
+}
+
+// A stream that is not made of frames (a hostile client declaring a 2^63-byte frame)
+// never gets a close frame put into it, and passes as it comes.
+func TestGoAwayOnAStreamOfNoFrames(t *testing.T) {
+	client, peer := net.Pipe()
+	defer client.Close()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	d := &direction{dst: client}
+	huge := append([]byte{0x82, 0x7f}, bytes.Repeat([]byte{0x7f, 0xff}, 4)...)
+	if _, err := d.forward(huge); err != nil {
+		t.Fatal(err)
+	}
+	d.goAway()
+	for range 100 {
+		if more, err := d.forward(make([]byte, 32<<10)); !more || err != nil {
+			t.Fatalf("the stream stopped passing: %t %v", more, err)
+		}
+	}
+	if d.closed {
+		t.Fatal("a close frame was put inside a frame")
+	}
+}
