@@ -1,97 +1,210 @@
 #!/usr/bin/env bash
-# Measures the proxy against nginx side by side: same Go backend (512-byte answers),
-# same load generator (wrk -t1 -c50), and prints throughput, p99, CPU per request and
-# the ratios.
-# FLOOR=1 measures hack/bench/floor too: the cheapest epoll forwarder in Go, which does
-# none of the proxy's work, as the ceiling of an event loop of the proxy's own.
-# Needs nginx and wrk (apt-get install nginx wrk).
+# Measures the proxy beside what a platform team would run instead: nginx, HAProxy and
+# Caddy (Debian packages, each configured as its documentation recommends for a
+# reverse proxy keeping connections to the backend alive), and hack/bench/floor (the
+# cheapest HTTP/1.1 forwarder Go can be here: no parsing, no lookup, no limits). Same Go
+# backend (512-byte answers), same load generator (wrk -t1 -c50), alternating rounds;
+# prints each one's requests/s, p99 and CPU per request, and their ratios to nginx.
+#
+#   KINDS="plain tls hosts"   the rounds (default all three):
+#     plain  HTTP/1.1 keep-alive, one hostname
+#     tls    the same over HTTPS (ECDSA P-256; TLS 1.3), keep-alive (the floor has no TLS;
+#            hack/bench-tls.sh measures handshakes and HTTP/2 beside nginx)
+#     hosts  10,000 hostnames, one picked per request by a Zipf law (s = 1,
+#            hack/bench/zipf.lua): the host -> tenant lookup and each peer's vhost
+#            matching on the path; an unknown host would be a 404 and fails the run
+#   ROUNDS=3 DURATION=10s     rounds of each kind and the length of one measurement
+#   PEERS="nginx haproxy caddy floor"   who runs beside the proxy
+# Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bench/measure.sh"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-duration="${DURATION:-15s}"
+duration="${DURATION:-10s}"
+rounds="${ROUNDS:-3}"
+kinds="${KINDS:-plain tls hosts}"
+peers="${PEERS:-nginx haproxy caddy floor}"
+nhosts=10000
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "${work}"; }
 trap cleanup EXIT
 
 "$(dirname "${BASH_SOURCE[0]}")/ensure-deps.sh" bench
-(cd "${root}" && go build -o "${work}/backend" ./hack/bench/backend && go build -o "${work}/proxy" ./hack/bench/proxy)
-[[ "${FLOOR:-0}" == 1 ]] && (cd "${root}" && go build -o "${work}/floor" ./hack/bench/floor)
+(cd "${root}" && go build -o "${work}/backend" ./hack/bench/backend && go build -o "${work}/proxy" ./hack/bench/proxy &&
+  go build -o "${work}/floor" ./hack/bench/floor)
+mkdir -p "${work}/certs"
+"${work}/proxy" -gen-cert "${work}/certs"
+cat "${work}/certs/tls.crt" "${work}/certs/tls.key" > "${work}/certs/haproxy.pem"
+for i in $(seq 0 $((nhosts - 1))); do echo "t${i}.bench.example.com"; done > "${work}/hosts"
+
+# Ports: plain 190x2..6, TLS 1901x, many hosts 1903x; x = 2 proxy, 3 nginx, 4 floor,
+# 5 HAProxy, 6 Caddy. The proxy and the floor serve every hostname on one port.
+declare -A port=(
+  [plain.proxy]=19002 [tls.proxy]=19012 [hosts.proxy]=19002
+  [plain.nginx]=19003 [tls.nginx]=19013 [hosts.nginx]=19033
+  [plain.floor]=19004 [hosts.floor]=19004
+  [plain.haproxy]=19005 [tls.haproxy]=19015 [hosts.haproxy]=19035
+  [plain.caddy]=19006 [tls.caddy]=19016 [hosts.caddy]=19036
+)
+declare -A cpu_pids
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
-"${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 & pids+=($!)
-proxy_pid=$!
-if [[ "${FLOOR:-0}" == 1 ]]; then
+"${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 -hosts "${nhosts}" \
+  -tls-listen 127.0.0.1:19012 -cert-dir "${work}/certs" & pids+=($!)
+cpu_pids[proxy]=$!
+
+if [[ " ${peers} " == *" floor "* ]]; then
   "${work}/floor" -listen 127.0.0.1:19004 -backend 127.0.0.1:19001 & pids+=($!)
-  floor_pid=$!
+  cpu_pids[floor]=$!
 fi
-cat > "${work}/nginx.conf" <<NGINX
+
+if [[ " ${peers} " == *" nginx "* ]]; then
+  # nginx's reverse-proxy guide: an upstream with keepalive, HTTP/1.1 and an empty
+  # Connection header towards it. No cap on requests per client connection (nginx closes
+  # after 1,000 by default; no other contender does). Many hosts: one server block with
+  # every name (server_name's hash), and a default server answering 404.
+  location="location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }"
+  cat > "${work}/nginx.conf" <<NGINX
 worker_processes auto;
 pid ${work}/nginx.pid;
-error_log ${work}/error.log;
+error_log ${work}/nginx-error.log;
 events { worker_connections 4096; }
 http {
   access_log off;
+  keepalive_requests 1000000;
+  server_names_hash_max_size 32768;
+  server_names_hash_bucket_size 128;
   upstream backend { server 127.0.0.1:19001; keepalive 128; }
+  ssl_certificate ${work}/certs/tls.crt;
+  ssl_certificate_key ${work}/certs/tls.key;
+  ssl_protocols TLSv1.2 TLSv1.3;
   server {
     listen 127.0.0.1:19003;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-    }
+    listen 127.0.0.1:19013 ssl;
+    ${location}
+  }
+  server { listen 127.0.0.1:19033 default_server; return 404; }
+  server {
+    listen 127.0.0.1:19033;
+    server_name $(tr '\n' ' ' < "${work}/hosts");
+    ${location}
   }
 }
 NGINX
-nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
-sleep 1
-mapfile -t nginx_workers < <(pgrep -P "${pids[-1]}")
+  nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
+  sleep 1
+  cpu_pids[nginx]="$(pgrep -P "${pids[-1]}" | tr '\n' ' ')"
+fi
 
+if [[ " ${peers} " == *" haproxy "* ]]; then
+  # HAProxy's defaults already keep both sides alive and reuse backend connections
+  # (http-reuse safe); one thread per CPU. Many hosts: a map of the names (a tree
+  # lookup), 404 for any other.
+  for h in $(cat "${work}/hosts"); do echo "${h} 1"; done > "${work}/hosts.map"
+  cat > "${work}/haproxy.cfg" <<HAPROXY
+global
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option forwardfor
+frontend plain
+  bind 127.0.0.1:19005
+  bind 127.0.0.1:19015 ssl crt ${work}/certs/haproxy.pem
+  default_backend backend
+frontend hosts
+  bind 127.0.0.1:19035
+  http-request deny deny_status 404 unless { req.hdr(host),lower,map_str(${work}/hosts.map) -m found }
+  default_backend backend
+backend backend
+  server s1 127.0.0.1:19001
+HAPROXY
+  haproxy -f "${work}/haproxy.cfg" -db & pids+=($!)
+  cpu_pids[haproxy]=$!
+fi
 
-measure() { # name url pids...
-  local name=$1 url=$2; shift 2
-  wrk -t1 -c50 -d2s -H 'Host: bench.example.com' "${url}" >/dev/null # warm up
-  local before; before=$(ticks "$@")
-  wrk -t1 -c50 -d"${duration}" --latency -H 'Host: bench.example.com' "${url}" > "${work}/${name}.txt"
-  local rps p99 requests cpu
-  cpu=$(( $(ticks "$@") - before ))
-  rps=$(awk '/Requests\/sec/ {print $2}' "${work}/${name}.txt")
-  p99=$(awk '$1 == "99%" {print $2}' "${work}/${name}.txt")
-  requests=$(awk '/requests in/ {print $1}' "${work}/${name}.txt")
-  # CPU per request: a steadier measure than throughput on a machine whose speed drifts.
-  echo "${name} ${rps} ${p99} $(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
+if [[ " ${peers} " == *" caddy "* ]]; then
+  # Caddy's reverse_proxy at its defaults (keep-alive to the upstream, X-Forwarded-*),
+  # no admin endpoint, no automatic HTTPS, the benchmark's certificate. Many hosts: one
+  # route matching every name (Caddy sorts a long host list and searches it).
+  upstream='{"handler": "reverse_proxy", "upstreams": [{"dial": "127.0.0.1:19001"}]}'
+  cat > "${work}/caddy.json" <<CADDY
+{
+  "admin": {"disabled": true},
+  "logging": {"logs": {"default": {"level": "ERROR"}}},
+  "apps": {
+    "tls": {"certificates": {"load_files": [{"certificate": "${work}/certs/tls.crt", "key": "${work}/certs/tls.key"}]}},
+    "http": {"servers": {
+      "plain": {"listen": ["127.0.0.1:19006"], "automatic_https": {"disable": true}, "routes": [{"handle": [${upstream}]}]},
+      "tls": {"listen": ["127.0.0.1:19016"], "automatic_https": {"disable": true}, "tls_connection_policies": [{}], "routes": [{"handle": [${upstream}]}]},
+      "hosts": {"listen": ["127.0.0.1:19036"], "automatic_https": {"disable": true}, "routes": [
+        {"match": [{"host": [$(sed 's/.*/"&"/' "${work}/hosts" | paste -sd,)]}], "handle": [${upstream}]},
+        {"handle": [{"handler": "static_response", "status_code": 404}]}
+      ]}
+    }}
+  }
+}
+CADDY
+  caddy run --config "${work}/caddy.json" >"${work}/caddy.log" 2>&1 & pids+=($!)
+  cpu_pids[caddy]=$!
+fi
+sleep 2
+
+# measure kind name: one wrk run; prints "kind name requests/s p99-ms CPU-us-per-request".
+measure() {
+  local kind=$1 name=$2 scheme=http args=(-H 'Host: bench.example.com')
+  [[ "${kind}" == tls ]] && scheme=https
+  [[ "${kind}" == hosts ]] && args=(-s "${root}/hack/bench/zipf.lua")
+  local url="${scheme}://127.0.0.1:${port[${kind}.${name}]}/"
+  # shellcheck disable=SC2086 # cpu_pids holds a list of pids
+  local -a ps=(${cpu_pids[${name}]})
+  HOSTS="${nhosts}" wrk -t1 -c50 -d2s "${args[@]}" "${url}" >/dev/null # warm up
+  local before; before=$(ticks "${ps[@]}")
+  HOSTS="${nhosts}" wrk -t1 -c50 -d"${duration}" --latency "${args[@]}" "${url}" > "${work}/out.txt"
+  local cpu=$(( $(ticks "${ps[@]}") - before ))
+  # A contender that answers errors (or refuses) is broken, not fast.
+  if grep -qE 'Non-2xx|Socket errors' "${work}/out.txt"; then
+    echo "${kind} round against ${name}: errors" >&2; cat "${work}/out.txt" >&2; exit 1
+  fi
+  local requests; requests=$(awk '/requests in/ {print $1}' "${work}/out.txt")
+  echo "${kind} ${name} $(awk '/Requests\/sec/ {print $2}' "${work}/out.txt") $(to_ms "$(awk '$1 == "99%" {print $2}' "${work}/out.txt")")" \
+    "$(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
 }
 
-# Alternate the two, several rounds, and compare medians: this machine's throughput
-# drifts by 10-20% from one run to the next.
-rounds="${ROUNDS:-3}"
+# Alternate the contenders, several rounds, and compare medians: this machine's
+# throughput drifts by 10-20% from one run to the next.
 : > "${work}/results"
 for _ in $(seq "${rounds}"); do
-  measure nginx http://127.0.0.1:19003/ "${nginx_workers[@]}" >> "${work}/results"
-  measure proxy http://127.0.0.1:19002/ "${proxy_pid}" >> "${work}/results"
-  if [[ "${FLOOR:-0}" == 1 ]]; then measure floor http://127.0.0.1:19004/ "${floor_pid}" >> "${work}/results"; fi
+  for kind in ${kinds}; do
+    for name in proxy ${peers}; do
+      [[ -n "${port[${kind}.${name}]:-}" ]] || continue
+      measure "${kind}" "${name}" | tee -a "${work}/results"
+    done
+  done
 done
-nginx_rps=$(awk '$1 == "nginx" { print $2 }' "${work}/results" | median)
-proxy_rps=$(awk '$1 == "proxy" { print $2 }' "${work}/results" | median)
-nginx_ms=$(awk '$1 == "nginx" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
-proxy_ms=$(awk '$1 == "proxy" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
-nginx_cpu=$(awk '$1 == "nginx" { print $4 }' "${work}/results" | median)
-proxy_cpu=$(awk '$1 == "proxy" { print $4 }' "${work}/results" | median)
-echo "each run (name, requests/s, p99, CPU us per request):"
-sed 's/^/  /' "${work}/results"
-printf 'median of %s rounds: %12s %10s %16s\n' "${rounds}" "requests/s" "p99" "CPU us/request"
-printf '%-20s %12s %8sms %16s\n' "nginx" "${nginx_rps}" "${nginx_ms}" "${nginx_cpu}"
-printf '%-20s %12s %8sms %16s\n' "tenantroute proxy" "${proxy_rps}" "${proxy_ms}" "${proxy_cpu}"
-awk -v a="${proxy_rps}" -v b="${nginx_rps}" -v c="${proxy_ms}" -v d="${nginx_ms}" -v e="${proxy_cpu}" -v f="${nginx_cpu}" \
-  'BEGIN { printf "throughput ratio proxy/nginx: %.2fx   p99 ratio proxy/nginx: %.2fx   CPU per request proxy/nginx: %.2fx\n", a/b, c/d, e/f }'
-if [[ "${FLOOR:-0}" == 1 ]]; then
-  floor_rps=$(awk '$1 == "floor" { print $2 }' "${work}/results" | median)
-  floor_ms=$(awk '$1 == "floor" { print $3 }' "${work}/results" | while read -r v; do to_ms "$v"; done | median)
-  floor_cpu=$(awk '$1 == "floor" { print $4 }' "${work}/results" | median)
-  printf '%-20s %12s %8sms %16s\n' "epoll floor" "${floor_rps}" "${floor_ms}" "${floor_cpu}"
-  awk -v a="${floor_rps}" -v b="${nginx_rps}" -v c="${floor_ms}" -v d="${nginx_ms}" -v e="${floor_cpu}" -v f="${nginx_cpu}" \
-    'BEGIN { printf "floor/nginx: throughput %.2fx   p99 %.2fx   CPU per request %.2fx\n", a/b, c/d, e/f }'
-fi
+col() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n { print $c }' "${work}/results" | median; }
+echo
+echo "medians of ${rounds} alternating rounds (ratios to nginx's medians):"
+for kind in ${kinds}; do
+  printf '%-6s %-8s %11s %9s %9s %10s %8s %8s\n' "${kind}" "" "requests/s" "p99 ms" "CPU us/r" "x nginx/s" "x p99" "x CPU"
+  ref_rps=$(col "${kind}" nginx 3); ref_p99=$(col "${kind}" nginx 4); ref_cpu=$(col "${kind}" nginx 5)
+  for name in proxy ${peers}; do
+    [[ -n "${port[${kind}.${name}]:-}" ]] || continue
+    rps=$(col "${kind}" "${name}" 3); p99=$(col "${kind}" "${name}" 4); cpu=$(col "${kind}" "${name}" 5)
+    printf '%-6s %-8s %11s %9s %9s' "" "${name}" "${rps}" "${p99}" "${cpu}"
+    if [[ -n "${ref_rps}" ]]; then
+      awk -v a="${rps}" -v b="${ref_rps}" -v c="${p99}" -v d="${ref_p99}" -v e="${cpu}" -v f="${ref_cpu}" \
+        'BEGIN { printf " %9.2fx %7.2fx %7.2fx", a/b, c/d, e/f }'
+    fi
+    echo
+  done
+done

@@ -2,16 +2,17 @@
 # Installs the system packages a make target needs when they are missing, so that
 # `make test` and `make demo` work on a fresh machine with nothing typed before them.
 #   hack/ensure-deps.sh test    redis-server (the proxy and operator tests run a real Redis)
-#   hack/ensure-deps.sh bench   redis-server, nginx, wrk and h2load (the side-by-side benchmark scripts)
+#   hack/ensure-deps.sh bench   redis-server, nginx, haproxy, caddy, wrk and h2load (the side-by-side
+#                               benchmark scripts)
 # Packages come from apt-get, as root or with passwordless sudo; otherwise the script
 # stops with one line naming the command to run.
 set -euo pipefail
 
 want=(make git curl redis-server)
-[[ "${1:-test}" == bench ]] && want+=(nginx wrk nghttp2-client)
+[[ "${1:-test}" == bench ]] && want+=(nginx haproxy caddy wrk nghttp2-client)
 
 # The command each package provides.
-declare -A provides=([make]=make [git]=git [curl]=curl [redis-server]=redis-server [nginx]=nginx [wrk]=wrk [nghttp2-client]=h2load)
+declare -A provides=([make]=make [git]=git [curl]=curl [redis-server]=redis-server [nginx]=nginx [haproxy]=haproxy [caddy]=caddy [wrk]=wrk [nghttp2-client]=h2load)
 
 missing=()
 for pkg in "${want[@]}"; do
@@ -45,7 +46,7 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts the packaged services; the tests and benchmarks run their own.
-for svc in redis-server nginx; do
+for svc in redis-server nginx haproxy caddy; do
   if [[ " ${missing[*]} " == *" ${svc} "* ]] && command -v service >/dev/null 2>&1; then
     "${sudo[@]}" service "${svc}" stop >/dev/null 2>&1 || true
   fi

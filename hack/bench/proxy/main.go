@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -25,12 +26,17 @@ import (
 
 const host = "bench.example.com"
 
-type static struct{ route routes.Route }
+// static routes bench.example.com and, with -hosts N, t0 to tN-1.bench.example.com
+// (hack/bench-proxy.sh's many-hosts round) to one backend.
+type static struct {
+	route routes.Route
+	hosts map[string]struct{}
+}
 
 func (static) Name() string { return "static" }
 
 func (s static) Lookup(_ context.Context, h string) (routes.Route, error) {
-	if h != host {
+	if _, ok := s.hosts[h]; !ok && h != host {
 		return routes.Route{}, routes.ErrNotFound
 	}
 	return s.route, nil
@@ -47,6 +53,7 @@ func main() {
 	certDir := flag.String("cert-dir", "", "directory with tls.crt and tls.key")
 	genCert := flag.String("gen-cert", "", "write a certificate for bench.example.com (and 127.0.0.1, which wrk sends as SNI) into this directory and exit")
 	h2Listen := flag.String("h2-listen", "", "also serve HTTP/2 over TLS here through net/http (a front sharing the routing chain), for comparison")
+	hosts := flag.Int("hosts", 0, "also route t0 to tN-1.bench.example.com")
 	flag.Parse()
 	if *genCert != "" {
 		if err := writeCert(*genCert); err != nil {
@@ -66,7 +73,10 @@ func main() {
 		signal.Notify(stop, os.Interrupt)
 		go func() { <-stop; pprof.StopCPUProfile(); f.Close(); os.Exit(0) }()
 	}
-	src := static{routes.Route{Tenant: "bench", Region: "bench", Backends: []string{*backend}}}
+	src := static{route: routes.Route{Tenant: "bench", Region: "bench", Backends: []string{*backend}}, hosts: map[string]struct{}{}}
+	for i := range *hosts {
+		src.hosts[fmt.Sprintf("t%d.%s", i, host)] = struct{}{}
+	}
 	layers := []proxy.Layer{src}
 	if *redisAddr != "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
