@@ -101,6 +101,7 @@ type Report struct {
 	Steady            Writes
 	SteadyFor         time.Duration
 	PeakRSSMiB        float64
+	SyncPeakRSSMiB    float64 // the peak by the end of the initial sync
 	CPUSeconds        float64
 	CloudflareMinimum int
 	Route53Minimum    int
@@ -128,14 +129,14 @@ func (r Report) String() string {
     decided %.1f s; the EdgeProvider showed the records moved at %.1f s
     provider calls until the records moved: cloudflare %d, route53 %d; minimum %d, %d
   steady state, %s: %s
-  manager: peak RSS %.0f MiB, CPU %.1f s
+  manager: peak RSS %.0f MiB (%.0f MiB by the end of the sync), CPU %.1f s
 %s`,
 		r.Routes, r.Zones, r.RecordsConverged.Seconds(), r.AllReady.Seconds(), marks(r.SyncMarks), r.Sync,
 		r.SyncCallsToRecords[0], r.SyncCallsToRecords[1], r.CloudflareMinimum, r.Route53Minimum,
 		r.FailoverRecords.Seconds(), r.FailoverStatus.Seconds(), marks(r.FailoverMarks), r.Failover,
 		r.FailoverDecided.Seconds(), r.FailoverShown.Seconds(),
 		r.FailoverCallsToRecords[0], r.FailoverCallsToRecords[1], r.FailoverMinimum[0], r.FailoverMinimum[1], r.SteadyFor, r.Steady,
-		r.PeakRSSMiB, r.CPUSeconds, r.floorReport())
+		r.PeakRSSMiB, r.SyncPeakRSSMiB, r.CPUSeconds, r.floorReport())
 }
 
 func marks(m [4]time.Duration) string {
@@ -288,6 +289,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if rep.Sync, err = r.writesSince(ctx, before); err != nil {
 		return rep, err
 	}
+	rep.SyncPeakRSSMiB, _ = usage(r.mgr.PID())
 	cfg.Log("synced: records %.1f s, Ready %.1f s", rep.RecordsConverged.Seconds(), rep.AllReady.Seconds())
 	synced, err := r.sampleStatus()
 	if err != nil {

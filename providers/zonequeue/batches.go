@@ -44,6 +44,46 @@ func (q *Queue) fillBatches(keys []string, perOwner map[string][]providers.Chang
 	return send, held
 }
 
+// runs splits the owners of a flush, in order, into runs whose changes fill one
+// request each (an owner's changes stay in one run). Owners without changes come
+// first, in a run of their own, reported at once. A provider without batch limits
+// gets one run.
+func (q *Queue) runs(keys []string, perOwner map[string][]providers.Change) [][]string {
+	b, ok := q.provider.(providers.Batched)
+	if !ok {
+		return [][]string{keys}
+	}
+	limit := b.BatchLimit()
+	var idle, cur []string
+	var runs [][]string
+	var used providers.Cost
+	for _, key := range keys {
+		if len(perOwner[key]) == 0 {
+			idle = append(idle, key)
+			continue
+		}
+		var c providers.Cost
+		for _, ch := range perOwner[key] {
+			cc := b.ChangeCost(ch)
+			c.Records, c.Chars = c.Records+cc.Records, c.Chars+cc.Chars
+		}
+		next := providers.Cost{Records: used.Records + c.Records, Chars: used.Chars + c.Chars}
+		if len(cur) > 0 && ((limit.Records > 0 && next.Records > limit.Records) || (limit.Chars > 0 && next.Chars > limit.Chars)) {
+			runs = append(runs, cur)
+			cur, next = nil, c
+		}
+		cur = append(cur, key)
+		used = next
+	}
+	if len(cur) > 0 {
+		runs = append(runs, cur)
+	}
+	if len(idle) > 0 || len(runs) == 0 {
+		runs = append([][]string{idle}, runs...)
+	}
+	return runs
+}
+
 func fullBatches(total, limit int) int {
 	if limit == 0 {
 		return 1 << 30

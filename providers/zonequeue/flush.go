@@ -63,21 +63,54 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 			delete(outcomes, key)
 		}
 	}
-	var changes []providers.Change
-	for _, key := range keys {
-		changes = append(changes, perOwner[key]...)
-	}
-	if len(held) > 0 && len(changes) == 0 {
+	if len(held) > 0 && !hasChanges(keys, perOwner) {
 		q.mu.Lock()
 		q.heldAll = true
 		q.mu.Unlock()
 	}
 
-	res, applyErr := q.apply(ctx, changes, outcomes, len(keys), fullBatchesOnly)
-	counted := q.count(ctx, outcomes, byOwner, res.Applied, applyErr)
-	q.finish(p.batch, outcomes, res.Applied, counted)
+	// Each run of owners that fills one request is applied, counted and reported
+	// before the next is sent: an owner's records are reported once they are in, not
+	// once the zone's last request is (at 100,000 routes a zone's flush is 50 requests
+	// at the account's pace, and no route could say Ready before all were sent).
+	var applied []providers.Change
+	var applyErr error
+	for _, run := range q.runs(keys, perOwner) {
+		outs := make(map[string]*Outcome, len(run))
+		batch := make(map[string][]providers.Record, len(run))
+		var changes []providers.Change
+		for _, key := range run {
+			outs[key], batch[key] = outcomes[key], p.batch[key]
+			changes = append(changes, perOwner[key]...)
+		}
+		if applyErr != nil {
+			// A request failed: the owners not sent yet share its error and are retried
+			// with it, after the backoff.
+			for _, out := range outs {
+				out.Err = applyErr
+			}
+			q.finish(batch, outs, applied, false)
+			continue
+		}
+		res, err := q.apply(ctx, changes, outs, len(run), fullBatchesOnly)
+		applied = append(applied, res.Applied...)
+		counted := q.count(ctx, outs, byOwner, res.Applied, err)
+		// finish sees every change applied so far: a name deleted by an earlier run
+		// frees the owners of later ones that wait for it.
+		q.finish(batch, outs, applied, counted)
+		applyErr = err
+	}
 	q.reportSweep(orphans, outcomes)
 	return applyErr
+}
+
+func hasChanges(keys []string, perOwner map[string][]providers.Change) bool {
+	for _, key := range keys {
+		if len(perOwner[key]) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // take moves what is pending out of the queue into a flush, and marks the queue as

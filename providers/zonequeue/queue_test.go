@@ -593,3 +593,79 @@ func TestZonesResyncOutOfStep(t *testing.T) {
 		t.Errorf("the zones' first resyncs all came within %s: %v", spread, first)
 	}
 }
+
+// applyHook runs before each ApplyChanges of the provider it wraps.
+type applyHook struct {
+	batchedMem
+	before func(changes []providers.Change) error
+}
+
+func (h applyHook) ApplyChanges(ctx context.Context, z providers.Zone, changes []providers.Change) (providers.Result, error) {
+	if err := h.before(changes); err != nil {
+		return providers.Result{}, err
+	}
+	return h.batchedMem.ApplyChanges(ctx, z, changes)
+}
+
+// A flush reports each owner once the request carrying its records is answered, not
+// once the zone's last request is: at 100,000 routes a zone's flush is dozens of
+// requests at the account's pace, and no route could be Ready before all of them. A
+// failed request leaves the owners not yet sent pending with its error, and the
+// requests use no more calls than one apply would.
+func TestOwnersAreReportedRequestByRequest(t *testing.T) {
+	mem := newMem()
+	n := &notes{got: map[string]Outcome{}}
+	var reportedBefore []int // owners reported when each request went out
+	calls := 0
+	hook := applyHook{batchedMem: batchedMem{mem}}
+	hook.before = func(changes []providers.Change) error {
+		n.mu.Lock()
+		reportedBefore = append(reportedBefore, len(n.got))
+		n.mu.Unlock()
+		calls++
+		if calls == 3 {
+			return errors.New("throttled")
+		}
+		return nil
+	}
+	q := New(hook, providers.Zone{Name: "example.com", ID: "z"}, Options{}, n.record)
+	for i := range 450 {
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+	}
+	if err := q.Flush(context.Background()); err == nil {
+		t.Fatal("the third request failed, the flush did not say so")
+	}
+	if want := []int{0, 200, 400}; !slices.Equal(reportedBefore, want) {
+		t.Fatalf("owners reported before each request: %v, want %v", reportedBefore, want)
+	}
+	synced, failed := 0, 0
+	for i := range 450 {
+		out, ok := n.of(fmt.Sprintf("o%04d", i))
+		switch {
+		case !ok:
+			t.Fatalf("o%04d was not reported", i)
+		case out.Synced && out.Records == 1:
+			synced++
+		case out.Err != nil && !out.Synced:
+			failed++
+		}
+	}
+	if synced != 400 || failed != 50 {
+		t.Fatalf("%d owners synced and %d failed, want 400 and 50", synced, failed)
+	}
+	if mem.changes != 400 {
+		t.Fatalf("%d changes applied, want 400", mem.changes)
+	}
+	// The failed owners are pending again, and go out with the next flush.
+	q.mu.Lock()
+	dirty := 0
+	for _, o := range q.owners {
+		if o.dirty {
+			dirty++
+		}
+	}
+	q.mu.Unlock()
+	if dirty != 50 {
+		t.Fatalf("%d owners pending after the failure, want 50", dirty)
+	}
+}

@@ -53,7 +53,8 @@ func TestResyncReplansOnlyWhatDrifted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// o100 (new, and now a conflict), o001 and o002 drifted; nothing else.
-	if len(planned) != 1 || planned[0] != 3 {
+	// "flushed" is logged per request sent (and once for owners with nothing to send).
+	if sum(planned) != 3 {
 		t.Fatalf("the resync planned %v owners, want the 3 it concerns", planned)
 	}
 	mem.mu.Lock()
@@ -73,7 +74,14 @@ func TestResyncReplansOnlyWhatDrifted(t *testing.T) {
 	if err := q.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(planned) != 1 || planned[0] != 1 {
+	if sum(planned) != 1 {
 		t.Fatalf("a resync of an untouched zone planned %v owners, want the one in conflict", planned)
 	}
+}
+
+func sum(ns []int) (total int) {
+	for _, n := range ns {
+		total += n
+	}
+	return total
 }
