@@ -34,6 +34,9 @@ type Limiter struct {
 	// does, background requests (Background) wait until calm is closed.
 	waiting int
 	calm    chan struct{}
+	// lastOrdinary is when an ordinary request last took a slot or got its answer:
+	// background requests also wait while ordinary ones follow this closely (quiet).
+	lastOrdinary time.Time
 }
 
 // slot is one of the last limit requests.
@@ -45,9 +48,10 @@ type slot struct {
 
 // Slot is a request counted by Wait, released by Done.
 type Slot struct {
-	l   *Limiter
-	idx int
-	id  uint64
+	l        *Limiter
+	idx      int
+	id       uint64
+	ordinary bool
 }
 
 // NewLimiter allows limit requests per window; limit <= 0 means unlimited.
@@ -122,9 +126,33 @@ func (l *Limiter) reserve(now time.Time, background bool) (Slot, time.Duration, 
 	if now.Before(l.pausedUntil) {
 		return Slot{}, l.pausedUntil.Sub(now), nil
 	}
-	if background && l.waiting > 0 {
-		return Slot{}, 0, l.calm
+	if background {
+		if l.waiting > 0 {
+			return Slot{}, 0, l.calm
+		}
+		// A queue sending its changes request by request is between two of them for
+		// the moments it takes to report the last: not waiting, but not done. A
+		// background request taking the slot then would delay each of its requests by
+		// one (a failover's Route53 writes interleaved with a resync's hundred pages).
+		if q := l.quiet(); now.Sub(l.lastOrdinary) < q {
+			return Slot{}, l.lastOrdinary.Add(q).Sub(now), nil
+		}
 	}
+	s, wait, freed := l.take(now)
+	if !background && wait == 0 && freed == nil {
+		s.ordinary = true
+		l.lastOrdinary = now
+	}
+	return s, wait, freed
+}
+
+// quiet is how long after an ordinary request (its answer) background ones still
+// wait: two requests' time at the account's full rate.
+func (l *Limiter) quiet() time.Duration { return 2 * l.window / time.Duration(l.limit) }
+
+// take counts a request sent at now in a free slot, or says how long to wait or
+// what to wait on; l.mu must be held.
+func (l *Limiter) take(now time.Time) (Slot, time.Duration, <-chan struct{}) {
 	if len(l.slots) < l.limit {
 		l.slots = append(l.slots, slot{at: now, inFlight: true, id: 1})
 		return Slot{l: l, idx: len(l.slots) - 1, id: 1}, 0, nil
@@ -157,6 +185,9 @@ func (s Slot) done(now time.Time) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if s.ordinary && now.After(l.lastOrdinary) {
+		l.lastOrdinary = now
+	}
 	if sl := &l.slots[s.idx]; sl.id == s.id && sl.inFlight {
 		sl.at, sl.inFlight = now, false
 		close(l.freed)

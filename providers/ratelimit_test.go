@@ -206,3 +206,30 @@ func TestBackgroundRequestsYieldToOrdinaryOnes(t *testing.T) {
 		}
 	}
 }
+
+// A queue sending a flush request by request is, between two of them, neither waiting
+// nor done: a background request must not take the slot in that gap, or a resync's
+// pages interleave with a failover's writes (at 100,000 routes, 100 of a failover's
+// 300 Route53 calls were a resync's). Once ordinary requests stop, background ones go.
+func TestBackgroundRequestsWaitForOrdinaryOnesToPause(t *testing.T) {
+	l := NewLimiter(5, time.Second) // Route53's pace: quiet is 400 ms
+	t0 := time.Now()
+	s, wait, freed := l.reserve(t0, false)
+	if wait != 0 || freed != nil {
+		t.Fatal("no slot for the first request")
+	}
+	s.done(t0.Add(300 * time.Millisecond)) // its answer
+	// 50 ms later, four slots free: the queue is reporting the answer and will send more.
+	if _, wait, _ := l.reserve(t0.Add(350*time.Millisecond), true); wait != 350*time.Millisecond {
+		t.Fatalf("a background request 50 ms after an ordinary answer waits %v, want 350ms", wait)
+	}
+	if _, wait, freed := l.reserve(t0.Add(360*time.Millisecond), false); wait != 0 || freed != nil {
+		t.Fatal("the queue's next request waited")
+	}
+	if _, wait, _ := l.reserve(t0.Add(700*time.Millisecond), true); wait != 60*time.Millisecond {
+		t.Fatalf("a background request 340 ms after an ordinary send waits %v, want 60ms", wait)
+	}
+	if _, wait, freed := l.reserve(t0.Add(800*time.Millisecond), true); wait != 0 || freed != nil {
+		t.Fatalf("once ordinary requests paused, a background one still waits %v", wait)
+	}
+}
