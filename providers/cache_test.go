@@ -243,3 +243,48 @@ func TestRelistReportsWhereTheZoneDrifted(t *testing.T) {
 		t.Fatalf("drifted %v, want b, c and d", drifted)
 	}
 }
+
+// A flush applies its changes request by request; the cache makes its new copy of the
+// zone when the zone is next read, not once per request, and a copy handed out before
+// stays as it was. Applies that touch one key in turn leave the last state.
+func TestCachedMergesAppliesWhenRead(t *testing.T) {
+	a := Record{Name: "a.example.com", Type: TypeA, Values: []string{"192.0.2.1"}}
+	p := &countingProvider{records: []Record{a}}
+	c := NewCached(p, time.Hour)
+	z := Zone{Name: "example.com", ID: "z1"}
+	before, err := c.ListRecords(context.Background(), z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := Record{Name: "a.example.com", Type: TypeA, Values: []string{"192.0.2.9"}}
+	for i := range 50 {
+		r := Record{Name: fmt.Sprintf("r%02d.example.com", i), Type: TypeA, Values: []string{"192.0.2.2"}}
+		changes := []Change{{Action: Create, New: &r}}
+		switch i {
+		case 10:
+			changes = append(changes, Change{Action: Delete, Old: &a})
+		case 20:
+			changes = append(changes, Change{Action: Create, New: &a2})
+		}
+		if _, err := c.ApplyChanges(context.Background(), z, changes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	zr := c.zones[z.ID]
+	unmerged, pending := len(zr.snapshot), len(zr.applied)
+	c.mu.Unlock()
+	if unmerged != 1 || pending != 51 {
+		t.Fatalf("after 50 applies the cache holds a copy of %d records and %d pending, want 1 and 51: a copy per apply", unmerged, pending)
+	}
+	if len(before) != 1 || !before[0].Equal(a) {
+		t.Fatalf("a listing handed out before the applies changed: %v", before)
+	}
+	after, _ := c.ListRecords(context.Background(), z)
+	if len(after) != 51 || !after[0].Equal(a2) || after[1].Name != "r00.example.com" || p.lists.Load() != 1 {
+		t.Fatalf("read after the applies: %d records, first %v, %d list calls", len(after), after[0], p.lists.Load())
+	}
+	if !slices.IsSortedFunc(after, compareRecords) {
+		t.Fatal("the merged zone is not sorted")
+	}
+}
