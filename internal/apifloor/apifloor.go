@@ -94,16 +94,22 @@ func (c Cost) Floor(n int) time.Duration {
 	return time.Duration(float64(n) * (c.API + c.Etcd) / float64(runtime.NumCPU()) * float64(time.Second))
 }
 
-// settle waits, up to 20 s, for the control plane to stop working on what came before
+// settle waits, up to 60 s, for the control plane to stop working on what came before
 // (a manager that just stopped, routes just created, a watch just listed), and returns
-// the CPU it still uses at rest, in cores, to be taken out of the measurement.
+// the CPU it still uses at rest, in cores, to be taken out of the measurement: the mean
+// of three consecutive quiet seconds (under 0.1 core each), or of the seconds since the
+// last busy one when it never quietens. One second was not enough after a 100,000-route manager: the API
+// server and etcd then work in bursts, and a burst counted as rest, or rest counted
+// during a burst, made one sample a third and another twice what it should be.
 func (c *ControlPlane) settle(ctx context.Context) (api, etcd float64, err error) {
-	const step = time.Second
+	const step, quiet = time.Second, 3
+	type sample struct{ api, etcd float64 }
+	var last []sample
 	a0, e0, err := c.CPU(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	for range 20 {
+	for range 60 {
 		select {
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
@@ -113,11 +119,21 @@ func (c *ControlPlane) settle(ctx context.Context) (api, etcd float64, err error
 		if err != nil {
 			return 0, 0, err
 		}
-		api, etcd = (a1-a0)/step.Seconds(), (e1-e0)/step.Seconds()
-		if api < 0.1 {
+		s := sample{(a1 - a0) / step.Seconds(), (e1 - e0) / step.Seconds()}
+		a0, e0 = a1, e1
+		if s.api >= 0.1 {
+			last = append(last[:0], s) // quiet seconds must follow each other
+			continue
+		}
+		if last = append(last, s); len(last) > quiet {
+			last = last[1:]
+		}
+		if len(last) == quiet && last[0].api < 0.1 {
 			break
 		}
-		a0, e0 = a1, e1
+	}
+	for _, s := range last {
+		api, etcd = api+s.api/float64(len(last)), etcd+s.etcd/float64(len(last))
 	}
 	return api, etcd, nil
 }

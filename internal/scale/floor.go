@@ -59,11 +59,23 @@ func (r *run) floor(ctx context.Context, synced, failedOver *v1.TenantRouteStatu
 	if err != nil {
 		return sync, failover, err
 	}
-	if sync, err = apifloor.Patch(ctx, c, cp, routes, withStatus(synced)); err != nil {
-		return sync, failover, err
+	// The two statuses cost the API server within a third of each other in every run
+	// measured; samples further apart than that caught a burst of the control plane's
+	// own work, and are measured once more (alternating, so that every patch changes
+	// the status).
+	for attempt := 0; ; attempt++ {
+		if sync, err = apifloor.Patch(ctx, c, cp, routes, withStatus(synced)); err != nil {
+			return sync, failover, err
+		}
+		if failover, err = apifloor.Patch(ctx, c, cp, routes, withStatus(failedOver)); err != nil {
+			return sync, failover, err
+		}
+		if apart := max(sync.API, failover.API) / max(min(sync.API, failover.API), 1e-9); apart < 1.6 || attempt == 1 {
+			return sync, failover, nil
+		}
+		r.cfg.Log("the floor's samples disagree (%.2f and %.2f ms of API server CPU a patch): measuring again",
+			sync.API*1000, failover.API*1000)
 	}
-	failover, err = apifloor.Patch(ctx, c, cp, routes, withStatus(failedOver))
-	return sync, failover, err
 }
 
 // withStatus gives a route a copy of sample, with the route's own hostname.
