@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
+	"time"
 )
 
 // frame is a WebSocket frame: its header (2, 4 or 10 bytes, with a 4-byte mask key
@@ -165,5 +168,67 @@ func TestGoAwayOnAStreamOfNoFrames(t *testing.T) {
 	}
 	if d.closed {
 		t.Fatal("a close frame was put inside a frame")
+	}
+}
+
+// A client inside a frame that never ends (a slow, endless upload of one frame) keeps
+// its tunnel from ever reaching a boundary for the close frame: the shutdown timeout
+// closes both ends, and the drain returns.
+func TestDrainClosesTunnelsStuckInAFrameAtTheTimeout(t *testing.T) {
+	client, clientPeer := net.Pipe()
+	backend, backendPeer := net.Pipe()
+	defer clientPeer.Close()
+	defer backendPeer.Close()
+	var h handedOver
+	tun := newTunnel(client, backend)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer h.take(client, tun)()
+		buf := make([]byte, 1024)
+		for {
+			n, err := client.Read(buf)
+			if err != nil {
+				return
+			}
+			if more, err := tun.up.forward(buf[:n]); !more || err != nil {
+				return
+			}
+		}
+	}()
+	go func() { _, _ = io.Copy(io.Discard, backendPeer) }()
+	// A binary frame announcing 2^62 bytes, then a trickle of its payload.
+	if _, err := clientPeer.Write(append([]byte{0x82, 0xff, 0x40, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				if _, err := clientPeer.Write([]byte("payload")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	h.goAway()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	h.wait(ctx)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the drain took %v with a tunnel stuck in a frame", took)
+	}
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the stuck tunnel was not closed at the timeout")
+	}
+	if _, err := backendPeer.Write([]byte("x")); err == nil {
+		t.Error("the backend end is still open")
 	}
 }
