@@ -2,7 +2,6 @@ package zonequeue
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -21,9 +20,10 @@ type pending struct {
 }
 
 // flush plans the pending owners against the zone and applies their changes. With
-// fullBatchesOnly, only owners whose changes fill whole batches are applied; the
-// others stay pending. Its phases: take what is pending, list the zone, plan each
-// owner, send the changes, count what each owner holds, report.
+// fullBatchesOnly, only owners whose changes fill whole requests are applied; the
+// others stay pending. Its phases: take what is pending, list the zone, plan the
+// owners in order, sending each request's worth of changes as it fills, count what
+// each owner holds, report.
 func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	p := q.take()
 	defer func() {
@@ -36,12 +36,8 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 
 	current, err := q.list(ctx, p)
-	outcomes := make(map[string]*Outcome, len(p.batch))
-	for key := range p.batch {
-		outcomes[key] = &Outcome{}
-	}
 	if err != nil {
-		q.listFailed(p, outcomes, err)
+		q.listFailed(p, err)
 		return err
 	}
 	var orphans []string
@@ -49,68 +45,131 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		orphans = q.orphansIn(current, p.batch)
 		for _, key := range orphans {
 			p.batch[key] = nil // desire nothing: its records are deleted
-			outcomes[key] = &Outcome{}
 		}
 	}
 
-	keys, perOwner, byOwner := planOwners(current, p.batch, outcomes)
-	var held []string
-	if fullBatchesOnly {
-		keys, held = q.fillBatches(keys, perOwner)
-		q.hold(held, p.since)
-		for _, key := range held {
-			delete(p.batch, key)
-			delete(outcomes, key)
-		}
+	f := &sending{q: q, ctx: ctx, planner: newPlanner(current, p.batch), released: map[string]bool{},
+		orphans: map[string]*Outcome{}}
+	for _, key := range orphans {
+		f.orphans[key] = nil
 	}
-	if len(held) > 0 && !hasChanges(keys, perOwner) {
-		q.mu.Lock()
-		q.heldAll = true
-		q.mu.Unlock()
-	}
-
+	lim := q.limits()
 	// Each run of owners that fills one request is applied, counted and reported
-	// before the next is sent: an owner's records are reported once they are in, not
-	// once the zone's last request is (at 100,000 routes a zone's flush is 50 requests
-	// at the account's pace, and no route could say Ready before all were sent).
-	var applied []providers.Change
-	var applyErr error
-	for _, run := range q.runs(keys, perOwner) {
-		outs := make(map[string]*Outcome, len(run))
-		batch := make(map[string][]providers.Record, len(run))
-		var changes []providers.Change
-		for _, key := range run {
-			outs[key], batch[key] = outcomes[key], p.batch[key]
-			changes = append(changes, perOwner[key]...)
-		}
-		if applyErr != nil {
-			// A request failed: the owners not sent yet share its error and are retried
-			// with it, after the backoff.
-			for _, out := range outs {
-				out.Err = applyErr
-			}
-			q.finish(batch, outs, applied, false)
+	// before the next is planned: an owner's records are reported once they are in,
+	// not once the zone's last request is (at 100,000 routes a zone's flush is 50
+	// requests at the account's pace, and no route could say Ready before all were
+	// sent), and the flush holds one request's plans at a time. Owners without
+	// changes are reported with the next run.
+	var run, idle []planned
+	var used providers.Cost
+	keys := f.planner.keys()
+	for _, key := range keys {
+		changes, conflicts := f.planner.plan(key)
+		o := planned{key: key, changes: changes, out: &Outcome{Conflicts: conflicts}}
+		if len(changes) == 0 {
+			idle = append(idle, o)
 			continue
 		}
-		res, err := q.apply(ctx, changes, outs, len(run), fullBatchesOnly)
-		applied = append(applied, res.Applied...)
-		counted := q.count(ctx, outs, byOwner, res.Applied, err)
-		// finish sees every change applied so far: a name deleted by an earlier run
-		// frees the owners of later ones that wait for it.
-		q.finish(batch, outs, applied, counted)
-		applyErr = err
+		c := lim.cost(changes)
+		next := providers.Cost{Records: used.Records + c.Records, Chars: used.Chars + c.Chars}
+		if len(run) > 0 && lim.over(next) {
+			f.report(idle)
+			f.send(run, fullBatchesOnly)
+			run, idle, next = nil, nil, c
+		}
+		run = append(run, o)
+		used = next
 	}
-	q.reportSweep(orphans, outcomes)
-	return applyErr
+	f.report(idle)
+	held := 0
+	if fullBatchesOnly && lim.batched != nil && len(run) > 0 {
+		// While desires stream in, the request the last owners would share is not full:
+		// they wait for the next flush, which more desires may fill.
+		keys := make([]string, len(run))
+		for i, o := range run {
+			keys[i] = o.key
+		}
+		q.hold(keys, p.since)
+		held = len(keys)
+		if !f.sent {
+			q.mu.Lock()
+			q.heldAll = true
+			q.mu.Unlock()
+		}
+	} else if len(run) > 0 {
+		f.send(run, fullBatchesOnly)
+	}
+	q.opts.Log.V(1).Info("planned", "zone", q.zone.Name, "owners", len(keys), "held", held, "error", f.err)
+	q.reportSweep(orphans, f.orphans)
+	return f.err
 }
 
-func hasChanges(keys []string, perOwner map[string][]providers.Change) bool {
-	for _, key := range keys {
-		if len(perOwner[key]) > 0 {
-			return true
+// planned is one owner's plan in a flush, and its outcome.
+type planned struct {
+	key     string
+	changes []providers.Change
+	out     *Outcome
+}
+
+// sending applies a flush's runs one after the other.
+type sending struct {
+	q       *Queue
+	ctx     context.Context
+	planner *planner
+	// released are the names deleted by the runs applied so far: a name deleted by an
+	// earlier run frees the owners of later ones that wait for it.
+	released map[string]bool
+	orphans  map[string]*Outcome // the outcomes of the orphans swept, for reportSweep
+	sent     bool                // a request was sent
+	err      error               // the first failed request's error
+}
+
+// send applies one run's changes, counts what its owners hold and reports them.
+// After a failed request, the owners not sent yet share its error and are retried
+// with it, after the backoff.
+func (f *sending) send(run []planned, fullBatchesOnly bool) {
+	outs := make(map[string]*Outcome, len(run))
+	var changes []providers.Change
+	for _, o := range run {
+		outs[o.key] = o.out
+		changes = append(changes, o.changes...)
+		if _, ok := f.orphans[o.key]; ok {
+			f.orphans[o.key] = o.out
 		}
 	}
-	return false
+	if f.err != nil {
+		for _, out := range outs {
+			out.Err = f.err
+		}
+		f.q.finish(outs, f.released, false)
+		return
+	}
+	f.sent = true
+	res, err := f.q.apply(f.ctx, changes, outs, len(run), fullBatchesOnly)
+	for _, c := range res.Applied {
+		if c.Action == providers.Delete {
+			f.released[c.Old.Name] = true
+		}
+	}
+	counted := f.q.count(f.ctx, outs, f.planner, res.Applied, err)
+	f.q.finish(outs, f.released, counted)
+	f.err = err
+}
+
+// report counts and reports owners that had nothing to change.
+func (f *sending) report(idle []planned) {
+	if len(idle) == 0 {
+		return
+	}
+	outs := make(map[string]*Outcome, len(idle))
+	for _, o := range idle {
+		o.out.Records = f.planner.records(o.key)
+		outs[o.key] = o.out
+		if _, ok := f.orphans[o.key]; ok {
+			f.orphans[o.key] = o.out
+		}
+	}
+	f.q.finish(outs, f.released, true)
 }
 
 // take moves what is pending out of the queue into a flush, and marks the queue as
@@ -171,14 +230,15 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 // listFailed gives every owner of the flush the listing's error; they are retried.
 // What the zone holds is unknown until it is listed again: every empty desire is kept
 // meanwhile.
-func (q *Queue) listFailed(p *pending, outcomes map[string]*Outcome, err error) {
+func (q *Queue) listFailed(p *pending, err error) {
 	q.mu.Lock()
 	q.present = nil
 	q.mu.Unlock()
-	for _, o := range outcomes {
-		o.Err = err
+	outcomes := make(map[string]*Outcome, len(p.batch))
+	for key := range p.batch {
+		outcomes[key] = &Outcome{Err: err}
 	}
-	q.finish(p.batch, outcomes, nil, false)
+	q.finish(outcomes, nil, false)
 	q.mu.Lock()
 	if p.sweep {
 		q.scheduleSweep() // look again once the zone can be listed
@@ -212,71 +272,6 @@ func (q *Queue) adopt(unlisted, present map[string]struct{}, all bool, batch map
 		batch[key] = nil
 	}
 	return answered
-}
-
-// planOwners plans each owner of batch against the zone's records, in a stable order;
-// a name created or updated by one owner in this flush is a conflict for any other.
-// It returns the owners in that order, each one's changes, and each one's records
-// before the flush.
-func planOwners(current []providers.Record, batch map[string][]providers.Record, outcomes map[string]*Outcome) (keys []string, perOwner map[string][]providers.Change, byOwner map[string][]providers.Record) {
-	keys = make([]string, 0, len(batch))
-	for key := range batch {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	// MakePlan only looks at an owner's own records and at the records at its desired
-	// names; handing it just those keeps a flush of n owners in a zone of n records
-	// linear rather than quadratic (10,000 owners: 0.1 s rather than 95 s).
-	// Only the records of this flush's owners and names are indexed: a flush of a few
-	// hundred owners in a zone of thousands of records builds small maps (indexing the
-	// whole zone, with the maps' growth, was a fifth of the manager's CPU in a
-	// 10,000-route sync).
-	wanted := map[string]bool{}
-	for _, desired := range batch {
-		for _, d := range desired {
-			wanted[d.Name] = true
-		}
-	}
-	byName := make(map[string][]providers.Record, len(wanted))
-	byOwner = make(map[string][]providers.Record, len(batch))
-	for _, r := range current {
-		if wanted[r.Name] {
-			byName[r.Name] = append(byName[r.Name], r)
-		}
-		if _, ok := batch[r.Owner]; ok && r.Owner != "" {
-			byOwner[r.Owner] = append(byOwner[r.Owner], r)
-		}
-	}
-	claimed := map[string]string{}
-	perOwner = map[string][]providers.Change{}
-	for _, key := range keys {
-		relevant := slices.Clone(byOwner[key])
-		seen := map[string]bool{}
-		for _, d := range batch[key] {
-			if !seen[d.Name] {
-				seen[d.Name] = true
-				for _, r := range byName[d.Name] {
-					if r.Owner != key {
-						relevant = append(relevant, r)
-					}
-				}
-			}
-		}
-		plan := providers.MakePlan(relevant, batch[key], key)
-		out := outcomes[key]
-		out.Conflicts = plan.Conflicts
-		for _, c := range plan.Changes {
-			if c.New != nil {
-				if holder, ok := claimed[c.New.Name]; ok && holder != key {
-					out.Conflicts = append(out.Conflicts, providers.Conflict{Desired: *c.New})
-					continue
-				}
-				claimed[c.New.Name] = key
-			}
-			perOwner[key] = append(perOwner[key], c)
-		}
-	}
-	return keys, perOwner, byOwner
 }
 
 // apply sends the changes of the flush's owners and gives each owner the answers to

@@ -9,7 +9,7 @@
 //
 // The files follow a desire through the queue: queue.go takes desires (Desire,
 // Retract, Forget), run.go decides when a flush starts, flush.go runs its phases
-// (take, list, plan, apply), batches.go holds back what would not fill a batch while
+// (take, list, plan, apply), batches.go says what fills a request and holds back what would not fill one while
 // desires stream in, report.go counts and notifies each owner's outcome, and
 // resync.go lists the zone again and sweeps the records of owners that are gone.
 package zonequeue

@@ -19,16 +19,10 @@ func (o Outcome) summary() string {
 }
 
 // finish records the outcomes, keeps owners with an error pending, marks owners that
-// lost a name to a deletion of this flush for another try, and notifies changes.
-// counted says that each outcome's Records was read from a listing after the apply;
-// only then is an owner left with nothing dropped.
-func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]*Outcome, applied []providers.Change, counted bool) {
-	released := map[string]bool{}
-	for _, c := range applied {
-		if c.Action == providers.Delete {
-			released[c.Old.Name] = true
-		}
-	}
+// lost a name to a deletion of this flush (released) for another try, and notifies
+// changes. counted says that each outcome's Records is known after the apply; only
+// then is an owner left with nothing dropped.
+func (q *Queue) finish(outcomes map[string]*Outcome, released map[string]bool, counted bool) {
 	type note struct {
 		owner   string
 		outcome Outcome
@@ -85,12 +79,12 @@ func (q *Queue) finish(batch map[string][]providers.Record, outcomes map[string]
 // count sets how many record sets each owner of the flush holds after the apply, and
 // reports whether that is known: only then may finish drop an owner left with
 // nothing.
-func (q *Queue) count(ctx context.Context, outcomes map[string]*Outcome, byOwner map[string][]providers.Record, applied []providers.Change, applyErr error) bool {
+func (q *Queue) count(ctx context.Context, outcomes map[string]*Outcome, before *planner, applied []providers.Change, applyErr error) bool {
 	if applyErr == nil {
 		// Every change's answer is known: what each owner has now is what it had plus
 		// what was applied, without listing (and re-sorting) the zone again.
 		for key, out := range outcomes {
-			out.Records = len(byOwner[key])
+			out.Records = before.records(key)
 		}
 		for _, c := range applied {
 			if c.Old != nil {
