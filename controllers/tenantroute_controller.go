@@ -297,13 +297,18 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		into   **routes.Index
 		name   string
 		values func(*v1.TenantRoute) []string
+		unique bool // few routes share a value
 	}{
-		{&r.byEdge, indexEdges, desired.Edges},
-		{&r.byRegion, indexRegion, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} }},
-		{&r.byTenantID, indexTenantID, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} }},
-		{&r.byHostname, indexHostnames, func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames }},
+		{&r.byEdge, indexEdges, desired.Edges, false},
+		{&r.byRegion, indexRegion, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.Region} }, false},
+		{&r.byTenantID, indexTenantID, func(tr *v1.TenantRoute) []string { return []string{tr.Spec.TenantID} }, true},
+		{&r.byHostname, indexHostnames, func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames }, true},
 	} {
-		idx, err := routes.NewIndex(context.Background(), mgr.GetCache(), ix.name, ix.values)
+		newIndex := routes.NewIndex
+		if ix.unique {
+			newIndex = routes.NewHashedIndex
+		}
+		idx, err := newIndex(context.Background(), mgr.GetCache(), ix.name, ix.values)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package routes_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ import (
 
 // The index finds routes across namespaces through controller-runtime's List, in a
 // cache of all namespaces (the manager's) and in one of several namespaces (the
-// tests'), and keeps one key per value.
+// tests'), and keeps one key per value. A hashed index finds the same, and never a
+// route whose value only shares the bucket.
 func TestIndexFindsRoutesAcrossNamespacesWithOneKeyPerValue(t *testing.T) {
 	env, cfg, err := testenv.Start()
 	if err != nil {
@@ -45,18 +47,33 @@ func TestIndexFindsRoutesAcrossNamespacesWithOneKeyPerValue(t *testing.T) {
 	}
 	shop := newRoute("team-a", "shop", "shop.example.com", "www.example.com")
 	rival := newRoute("team-b", "rival", "shop.example.com")
+	// twin's hostname falls in www.example.com's bucket of a hashed index.
+	twinHost := ""
+	for i := 0; twinHost == ""; i++ {
+		if h := fmt.Sprintf("h%d.example.com", i); routes.HashedKey(h) == routes.HashedKey("www.example.com") {
+			twinHost = h
+		}
+	}
+	newRoute("team-b", "twin", twinHost)
 
-	for name, opts := range map[string]cache.Options{
-		"all namespaces": {},
-		"two namespaces": {DefaultNamespaces: map[string]cache.Config{"team-a": {}, "team-b": {}}},
+	type newIndex func(context.Context, cache.Cache, string, func(*v1.TenantRoute) []string) (*routes.Index, error)
+	for name, tc := range map[string]struct {
+		opts     cache.Options
+		newIndex newIndex
+	}{
+		"all namespaces":         {cache.Options{}, routes.NewIndex},
+		"two namespaces":         {cache.Options{DefaultNamespaces: map[string]cache.Config{"team-a": {}, "team-b": {}}}, routes.NewIndex},
+		"hashed, all namespaces": {cache.Options{}, routes.NewHashedIndex},
+		"hashed, two namespaces": {cache.Options{DefaultNamespaces: map[string]cache.Config{"team-a": {}, "team-b": {}}}, routes.NewHashedIndex},
 	} {
 		t.Run(name, func(t *testing.T) {
+			opts := tc.opts
 			opts.Scheme = testenv.Scheme()
 			c, err := cache.New(cfg, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			byHost, err := routes.NewIndex(ctx, c, "spec.hostnames", func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames })
+			byHost, err := tc.newIndex(ctx, c, "spec.hostnames", func(tr *v1.TenantRoute) []string { return tr.Spec.Hostnames })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,6 +101,9 @@ func TestIndexFindsRoutesAcrossNamespacesWithOneKeyPerValue(t *testing.T) {
 			}
 			if got, err := byHost.Routes(ctx, "www.example.com"); err != nil || len(got) != 1 || got[0].Name != "shop" {
 				t.Errorf("Routes(www.example.com) = %v, %v", got, err)
+			}
+			if got := keys(twinHost); !slices.Equal(got, []string{"team-b/twin"}) {
+				t.Errorf("routes listing %s: %v", twinHost, got)
 			}
 			if got := keys("nobody.example.com"); len(got) != 0 {
 				t.Errorf("a hostname nobody lists: %v", got)

@@ -25,7 +25,7 @@ const grantedIndex = "status.grantedHostnames"
 // cached TenantRoutes by granted hostname (grantedIndex), so call it once, before the
 // cache starts.
 func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
-	granted, err := NewIndex(ctx, c, grantedIndex, Granted)
+	granted, err := NewHashedIndex(ctx, c, grantedIndex, Granted)
 	if err != nil {
 		return Source{}, err
 	}
