@@ -143,10 +143,13 @@ func runAll(ctx context.Context, c config) error {
 			// managedFields are a large part of every cached object and nothing here
 			// reads them (updates of cached objects leave the server's as they are).
 			DefaultTransform: cache.TransformStripManagedFields()},
-		HealthProbeBindAddress:        c.probeAddr,
-		PprofBindAddress:              c.pprofAddr,
-		LeaderElection:                c.leaderElection,
-		LeaderElectionID:              "tenantroute-operator.routing.tenantroute.io",
+		HealthProbeBindAddress: c.probeAddr,
+		PprofBindAddress:       c.pprofAddr,
+		LeaderElection:         c.leaderElection,
+		LeaderElectionID:       "tenantroute-operator.routing.tenantroute.io",
+		// The lease lives beside the credentials; in a pod this is the pod's namespace
+		// (POD_NAMESPACE), and outside a cluster controller-runtime would find none.
+		LeaderElectionNamespace:       c.operator.Namespace,
 		LeaderElectionReleaseOnCancel: true,
 		// The embedded proxy drains before the manager exits (--shutdown-delay, then
 		// --shutdown-timeout); the manager waits for it, with a margin.
@@ -192,6 +195,9 @@ func runAll(ctx context.Context, c config) error {
 			layers = []proxy.Layer{*kv, source}
 		}
 		chain := proxy.NewChain(c.chain, layers...)
+		if err := routes.OnGrantChange(context.Background(), mgr.GetCache(), chain.Invalidate); err != nil {
+			return err
+		}
 		p := proxy.New(chain, c.upstream)
 		if err := c.tls.enable(p, chain, kv, certBook); err != nil {
 			return err

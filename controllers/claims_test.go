@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -489,4 +491,170 @@ func TestNamespaceOutsideAZoneSelectorIsForbidden(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A hostname two TenantRoutes list is used (records, traffic) only once the grant is
+// saved in the API server: a leader that died between deciding and saving would leave
+// records for a grant its successor does not know, and could give the name to the
+// other claimant. Here the holder of a hostname two more routes list is deleted; the
+// API server refuses to save the grant of the next claimant (an admission policy);
+// no record of the name may appear for it until the grant is saved.
+func TestAContestedGrantIsUsedOnlyOnceSaved(t *testing.T) {
+	o := newOperator(t, "durable")
+	o.start()
+	const host = "moved.auth.example.com"
+	o.create(o.route("holder", host))
+	o.waitReady("holder")
+	// next lists the name; so does idle, whose tenantID is another route's: it can be
+	// granted nothing, but the name stays contested.
+	o.create(o.route("twin", "twin.auth.example.com"))
+	o.waitReady("twin")
+	o.create(o.route("next", host))
+	idle := o.route("idle", host)
+	idle.Spec.TenantID = "twin"
+	o.create(idle)
+	eventually(t, 20*time.Second, func() error {
+		for _, name := range []string{"next", "idle"} {
+			if st := hostnameState(o.get(name), host); st != v1.ClaimConflict {
+				return fmt.Errorf("%s's claim: %q", name, st)
+			}
+		}
+		return nil
+	})
+
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-grants-" + o.id},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{v1.GroupVersion.Group}, APIVersions: []string{"*"},
+						Resources: []string{"tenantroutes/status"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("object.metadata.namespace != %q || object.metadata.name != 'next' || "+
+					"!has(object.status.hostnames) || object.status.hostnames.all(h, h.state != 'Granted')", o.ns),
+				Message: "grants of next are refused",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, obj := range []client.Object{policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(ctx, obj) })
+	}
+	// The policy is in force once a grant of next is refused.
+	eventually(t, 20*time.Second, func() error {
+		next := o.get("next")
+		next.Status.Hostnames = []v1.HostnameClaim{{Hostname: host, ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: metav1.Now()}}}
+		probe := next.DeepCopy()
+		if err := k8s.Status().Update(ctx, probe, client.DryRunAll); err == nil {
+			return fmt.Errorf("a grant of next is still accepted")
+		}
+		return nil
+	})
+
+	if err := k8s.Delete(ctx, o.get("holder")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if owner := o.recordOwner(host); owner == "tenantroute:durable/"+o.ns+"/holder" {
+			return fmt.Errorf("the holder's record is still there")
+		}
+		return nil
+	})
+	// The queues flush within a second or two: give a record declared from the unsaved
+	// grant time to show, then check it did not.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if owner := o.recordOwner(host); owner != "" {
+			t.Fatalf("a record of %s appeared for %q while its grant was refused", host, owner)
+		}
+		if names := o.r53Records()[host]; len(names) > 0 {
+			t.Fatalf("a Route53 record of %s appeared (%v) while its grant was refused", host, names)
+		}
+	}
+	if st := hostnameState(o.get("next"), host); st == v1.ClaimGranted {
+		t.Fatalf("the refused grant was saved")
+	}
+
+	// Once the API server takes the grant, the records follow.
+	for _, obj := range []client.Object{binding, policy} {
+		if err := k8s.Delete(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, func() error {
+		if owner := o.recordOwner(host); owner != "tenantroute:durable/"+o.ns+"/next" {
+			return fmt.Errorf("the record belongs to %q", owner)
+		}
+		if st := hostnameState(o.get("next"), host); st != v1.ClaimGranted {
+			return fmt.Errorf("next's claim: %q", st)
+		}
+		return nil
+	})
+	if routed, err := routedTenant(host, o.ns); err != nil || routed != o.ns+"/next" {
+		t.Errorf("the proxy routes the name to %q (%v)", routed, err)
+	}
+}
+
+// A former leader that resumes after its lease ran out may save a grant the new leader
+// has since given to another route: both statuses then say Granted, and readers
+// (the proxy) prefer the earlier grant, the stale one. The leader's registry stands:
+// the route whose status it disowns is reconciled at once and told Conflict.
+func TestALateGrantOfAFormerLeaderIsOverruled(t *testing.T) {
+	o := newOperator(t, "late")
+	o.start()
+	const host = "late.auth.example.com"
+	o.create(o.route("holder", host))
+	o.waitReady("holder")
+	o.create(o.route("stale", host))
+	eventually(t, 20*time.Second, func() error {
+		if st := hostnameState(o.get("stale"), host); st != v1.ClaimConflict {
+			return fmt.Errorf("stale's claim: %q", st)
+		}
+		return nil
+	})
+	// Once stale's reconciles are over (nothing of it is pending), the former leader's
+	// write: stale granted the name, a minute before holder was.
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("stale").Status.Conditions, v1.ConditionRecordsSynced, metav1.ConditionTrue, "")
+	})
+	time.Sleep(3 * time.Second)
+	stale := o.get("stale")
+	since := metav1.NewTime(hostnameSince(o.get("holder"), host).Add(-time.Minute))
+	stale.Status.TenantID = &v1.ClaimStatus{State: v1.ClaimGranted, Since: since}
+	stale.Status.Hostnames = []v1.HostnameClaim{{Hostname: host, ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: since}}}
+	if err := k8s.Status().Update(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if st := hostnameState(o.get("stale"), host); st != v1.ClaimConflict {
+			return fmt.Errorf("stale's claim after the late grant: %q", st)
+		}
+		if routed, err := routedTenant(host, o.ns); err != nil || routed != o.ns+"/holder" {
+			return fmt.Errorf("the proxy routes the name to %q (%v)", routed, err)
+		}
+		return nil
+	})
+	if owner := o.recordOwner(host); owner != "tenantroute:late/"+o.ns+"/holder" {
+		t.Errorf("the record belongs to %q", owner)
+	}
+}
+
+func hostnameSince(tr *v1.TenantRoute, host string) time.Time {
+	for _, h := range tr.Status.Hostnames {
+		if h.Hostname == host {
+			return h.Since.Time
+		}
+	}
+	return time.Time{}
 }

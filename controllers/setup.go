@@ -20,6 +20,9 @@ import (
 type Options struct {
 	// Namespace holds the EdgeProviders' credential Secrets: the operator's own.
 	Namespace string
+	// RouteNamespaces are the namespaces whose TenantRoutes the manager's cache holds,
+	// when not all: the grants are learnt from the API server in those only.
+	RouteNamespaces []string
 	// Instance names this installation in the ownership marker of its records; two
 	// installations writing the same zones need different instances.
 	Instance string
@@ -96,7 +99,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 		status: status,
 		Client: mgr.GetClient(), Recorder: recorder, Accounts: accounts,
 		Instance: o.Instance, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		Monitor: monitor, Claims: routes.NewClaims(), rewrites: &rewriteTracker{wake: make(chan struct{}, 1)},
+		Monitor: monitor, Claims: routes.NewClaims(), APIReader: mgr.GetAPIReader(), routeNamespaces: o.RouteNamespaces, rewrites: &rewriteTracker{wake: make(chan struct{}, 1)},
 		DeletionTimeout: cmp.Or(o.DeletionTimeout, time.Hour), KeepOrphans: o.KeepOrphans,
 		PendingGrace: cmp.Or(o.Queue.MaxWait, zonequeue.DefaultMaxWait) + 5*time.Second,
 	}

@@ -57,6 +57,32 @@ func (w *statusWriter) write(ctx context.Context, before, after *v1.TenantRoute,
 	return nil
 }
 
+// writeLocked patches after's status on before's version, and returns the version
+// the API server saved: the caller writes again on it.
+func (w *statusWriter) writeLocked(ctx context.Context, before, after *v1.TenantRoute) (string, error) {
+	if equality.Semantic.DeepEqual(before.Status, after.Status) {
+		return before.ResourceVersion, nil
+	}
+	patch, err := statusPatch(before, after, true)
+	if err != nil {
+		return "", err
+	}
+	raw, err := w.rest.Patch(types.MergePatchType).Namespace(after.Namespace).Resource("tenantroutes").Name(after.Name).
+		SubResource("status").Body(patch).DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("patching status: %w", err)
+	}
+	var answer struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil || answer.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("reading the saved status's version: %v", err)
+	}
+	return answer.Metadata.ResourceVersion, nil
+}
+
 // statusPatch is the JSON merge patch (RFC 7386) from before's status to after's.
 func statusPatch(before, after *v1.TenantRoute, lock bool) ([]byte, error) {
 	old, err := json.Marshal(&before.Status)

@@ -276,8 +276,13 @@ func (o *operator) start() {
 		o.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var routeNamespaces []string
+	for ns := range namespaces {
+		routeNamespaces = append(routeNamespaces, ns)
+	}
 	if _, err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
-		RedisKV: o.kv, KVSyncInterval: o.kvSync,
+		RouteNamespaces: routeNamespaces,
+		RedisKV:         o.kv, KVSyncInterval: o.kvSync,
 		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,
 		FailoverEvents: o.failoverEvents, CertBook: o.certBook, CertStatusInterval: o.certInterval}); err != nil {
 		o.t.Fatal(err)

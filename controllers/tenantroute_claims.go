@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -89,6 +90,27 @@ func sharedHostnames(byHostname *routes.Index) handler.EventHandler {
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(ctx, q, e.Object, hostnames(e.Object))
+		},
+	}
+}
+
+// disownedGrants enqueues a TenantRoute whose status came to record a grant the
+// registry gives to another route, or to none: the write of a former leader that
+// resumed after its lease ran out, or a hand edit. Its reconcile writes the status the
+// registry decides (Conflict where another holds the name). Without it, readers would
+// follow the stale grant, the earlier one by Holder's rule, until the route next
+// changed.
+func disownedGrants(claims *routes.Claims) handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, okOld := e.ObjectOld.(*v1.TenantRoute)
+			tr, ok := e.ObjectNew.(*v1.TenantRoute)
+			if !ok || !okOld || slices.Equal(routes.Granted(old), routes.Granted(tr)) {
+				return
+			}
+			if claims.Disowns(tr) {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tr.Namespace, Name: tr.Name}})
+			}
 		},
 	}
 }

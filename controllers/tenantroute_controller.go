@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,9 +47,11 @@ type TenantRouteReconciler struct {
 	// Monitor probes the edges; nil leaves health to the EdgeProviders' status.
 	Monitor *edge.Monitor
 	// Claims grants hostnames and tenantIDs, one decision at a time. It learns the
-	// grants recorded in status from the cache, whose first listing is fresh when the
-	// leader starts and which sees exactly the TenantRoutes this operator manages.
-	Claims *routes.Claims
+	// grants recorded in status from APIReader, the API server itself, when the
+	// first route is planned (this replica leads by then).
+	Claims          *routes.Claims
+	APIReader       client.Reader
+	routeNamespaces []string // where Claims learns the grants (all when empty)
 	// DeletionTimeout: a deletion blocked this long completes anyway (reconcileDelete).
 	DeletionTimeout time.Duration
 	// KeepOrphans: the orphan sweep is off, so what an abandoned deletion leaves stays.
@@ -122,6 +125,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// The events of the transitions are sent once the status recording them is written.
 	transitions := &eventBuffer{}
 	settling := false
+	var letGo []string // hostnames released once the status that drops them is saved
 	defer func() {
 		if settling {
 			return
@@ -136,6 +140,10 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		err := r.status.write(ctx, before, route, transitions.pending())
 		switch {
 		case err == nil:
+			r.Claims.Saved(route.UID, routes.Granted(route))
+			if len(letGo) > 0 {
+				r.enqueueClaimants(ctx, req.NamespacedName, r.Claims.Let(route, letGo))
+			}
 			transitions.send(r.Recorder)
 			r.rewrites.statusWritten(req.NamespacedName, route.Status.ActiveEdge)
 		case apierrors.IsConflict(err) && retErr == nil:
@@ -148,8 +156,27 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if len(plan.unsaved) > 0 && !grantsUsedBeforeSaved {
+		saved, err := r.saveGrants(ctx, before, plan)
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: staleReadRetry}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		before = saved
+	}
 	states := r.declareRecords(route, owner, plan, nil)
 	report := r.updateStatus(route, plan, states, transitions)
+	if len(plan.releasing) > 0 && allSynced(states) {
+		// The records at the hostnames it let go are gone from every provider: the
+		// status stops recording them, and once that is saved they go to the next
+		// claimant.
+		route.Status.Hostnames = slices.DeleteFunc(route.Status.Hostnames, func(c v1.HostnameClaim) bool {
+			return slices.Contains(plan.releasing, c.Hostname)
+		})
+		letGo = plan.releasing
+	}
 	reconcileOutcomes.WithLabelValues(report.outcome).Inc()
 	if wait, ok := r.settle(owner, report.outcome, lastMoved(states), inFlight(states)); ok {
 		// The queues apply the records within their flush and report the outcome,
@@ -163,6 +190,40 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, report.rejected
 	}
 	return report.result, nil
+}
+
+// grantsUsedBeforeSaved restores, in a build for fault tests only (plantfault.go),
+// the ordering that saveGrants replaced.
+var grantsUsedBeforeSaved = false
+
+// allSynced reports whether the route's records are in place in every provider it has
+// records in, as declared now.
+func allSynced(states []*edgeState) bool {
+	for _, s := range states {
+		if st, _ := s.state(); st != v1.RecordsSynced {
+			return false
+		}
+	}
+	return len(states) > 0
+}
+
+// saveGrants saves the plan's claims in the route's status, on the version read, before
+// the records of its contested grants are declared (contested). It returns the route
+// as saved, the "before" of the reconcile's own status write.
+func (r *TenantRouteReconciler) saveGrants(ctx context.Context, before *v1.TenantRoute, plan *routePlan) (*v1.TenantRoute, error) {
+	saved := before.DeepCopy()
+	tenant := plan.tenant
+	saved.Status.TenantID = &tenant
+	// Copies: the reconcile goes on editing the plan's claims into the route's status,
+	// and saved is the "before" of that status's patch.
+	saved.Status.Hostnames = slices.Clone(plan.claims)
+	rv, err := r.status.writeLocked(ctx, before, saved)
+	if err != nil {
+		return nil, fmt.Errorf("saving the grant of %v: %w", plan.unsaved, err)
+	}
+	saved.ResourceVersion = rv
+	r.Claims.Saved(saved.UID, routes.Granted(saved))
+	return saved, nil
 }
 
 // enqueueClaimants reconciles the routes that claim what was just freed, so that the
@@ -318,6 +379,7 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.TenantRoute{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1.TenantRoute{}, sharedHostnames(r.byHostname)).
+		Watches(&v1.TenantRoute{}, disownedGrants(r.Claims)).
 		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byEdge)),
 			builder.WithPredicates(edgeProviderChanged())).
 		// A Region's spec (its backends) changes where its routes lead; its status (a

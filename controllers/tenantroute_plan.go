@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +27,12 @@ type routePlan struct {
 	zones     []desired.ZoneRecords
 	custom    []v1.CustomDomainStatus
 	regionErr error
+	// unsaved are granted hostnames that another route also lists and whose grant is
+	// not saved yet: their records wait for the status that saves it (saveGrants).
+	unsaved []string
+	// releasing are hostnames the route holds and no longer lists: its records there
+	// are deleted, then the status that drops them is saved, then they are let go.
+	releasing []string
 }
 
 // planRoute claims the route's tenantID and hostnames, chooses its active edge and
@@ -38,7 +45,7 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Claims.EnsureSeeded(ctx, r.Client); err != nil {
+	if err := r.Claims.EnsureSeeded(ctx, r.APIReader, r.routeNamespaces...); err != nil {
 		return nil, err
 	}
 	p := &routePlan{edges: edges, regionErr: reads.checkRegion(ctx, r, route)}
@@ -69,13 +76,48 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 		p.tenant, p.claims, freed = r.Claims.Claim(route, now, ineligible)
 		r.enqueueClaimants(ctx, client.ObjectKeyFromObject(route), freed)
 		for _, c := range p.claims {
-			if c.State == v1.ClaimGranted {
+			switch {
+			case routes.Releasing(route, c):
+				p.releasing = append(p.releasing, c.Hostname)
+			case c.State == v1.ClaimGranted:
 				held = append(held, c.Hostname)
 			}
 		}
 	}
+	if p.unsaved, err = r.contested(ctx, route, r.Claims.Unsaved(route)); err != nil {
+		return nil, err
+	}
+	if readOnly && len(p.unsaved) > 0 && !grantsUsedBeforeSaved {
+		// The route's reconcile saves these grants before it declares their records.
+		held = slices.DeleteFunc(slices.Clone(held), func(h string) bool { return slices.Contains(p.unsaved, h) })
+	}
 	p.zones = desired.Records(route, held, edges, p.active)
 	return p, nil
+}
+
+// contested returns the hostnames among hosts that another TenantRoute lists too.
+//
+// A grant is decided in memory and saved with the route's status. Used before it is
+// saved (records declared, which the proxy does not wait for: it routes by saved
+// status only), a grant dies with a leader that dies before the save, and its
+// successor may give the name to another claimant while the first one's records are
+// in DNS. Where no other route lists the name, the successor can only grant it to the
+// same route, and the grant is used at once: the status written once the records are
+// in says Granted and Ready together. Where another route lists it, the reconcile
+// saves the grant first (saveGrants), at the price of one more status write.
+func (r *TenantRouteReconciler) contested(ctx context.Context, route *v1.TenantRoute, hosts []string) ([]string, error) {
+	var out []string
+	for _, h := range hosts {
+		keys, err := r.byHostname.Keys(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		self := client.ObjectKeyFromObject(route)
+		if slices.ContainsFunc(keys, func(k types.NamespacedName) bool { return k != self }) {
+			out = append(out, h)
+		}
+	}
+	return out, nil
 }
 
 // forbidden returns the route's hostnames its namespace may not claim (routes.Forbidden).

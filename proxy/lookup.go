@@ -127,6 +127,9 @@ type Chain struct {
 	negative *negativeCache
 	layers   []*guarded
 	flight   singleflight.Group
+	// invalidations counts Invalidate calls: a lookup that began before one does not
+	// cache its answer, which may be what the invalidation was about.
+	invalidations atomic.Uint64
 }
 
 // NewChain returns a chain over layers; the last is the source of truth.
@@ -214,6 +217,8 @@ func (c *Chain) refresh(host string) {
 
 // resolve asks each layer in turn and caches the answer.
 func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome) {
+	began := c.invalidations.Load()
+	current := func() bool { return c.invalidations.Load() == began }
 	for i, l := range c.layers {
 		authoritative := i == len(c.layers)-1
 		// A layer whose breaker is not closed costs a request nothing: it is skipped,
@@ -230,14 +235,18 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 		case err == nil:
 			c.opts.Observe(l.Name(), "hit")
 			cr := newCachedRoute(r)
-			c.store(host, cr)
-			c.negative.delete(host)
+			if current() {
+				c.store(host, cr)
+				c.negative.delete(host)
+			}
 			return cr, OutcomeResolved
 		case errors.Is(err, ErrNotFound):
 			c.opts.Observe(l.Name(), "miss")
 			if authoritative {
 				c.cache.delete(host)
-				c.negative.put(host, time.Now().Add(c.opts.NegativeTTL).UnixNano())
+				if current() {
+					c.negative.put(host, time.Now().Add(c.opts.NegativeTTL).UnixNano())
+				}
 				return nil, OutcomeNotFound
 			}
 		case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
@@ -278,8 +287,11 @@ func (c *Chain) store(host string, r *CachedRoute) {
 		refreshAt: now.Add(c.opts.RefreshAfter).UnixNano(), staleUntil: now.Add(c.opts.TTL + c.opts.MaxStale).UnixNano()})
 }
 
-// Invalidate drops a host from the in-process caches.
+// Invalidate drops a host from the in-process caches; a lookup of it under way does
+// not cache its answer, and the next one asks the layers again.
 func (c *Chain) Invalidate(host string) {
+	c.invalidations.Add(1)
+	c.flight.Forget(host)
 	c.cache.delete(host)
 	c.negative.delete(host)
 }

@@ -240,3 +240,53 @@ func BenchmarkLookupHit(b *testing.B) {
 		}
 	})
 }
+
+// A hostname handed to another tenant is invalidated: the next lookup asks the source
+// again, and a lookup that was under way when the hand-over happened (it read the
+// former tenant) does not cache its answer.
+func TestInvalidateForgetsARouteAndALookupUnderWay(t *testing.T) {
+	const host = "acme.auth.example.com"
+	src := newSource()
+	c := NewChain(ChainOptions{TTL: time.Hour, NegativeTTL: time.Hour}, src)
+	if r, _ := c.Lookup(context.Background(), []byte(host)); r == nil || r.Tenant != "acme" {
+		t.Fatalf("first lookup: %v", r)
+	}
+	handOver := func(tenant string) {
+		src.mu.Lock()
+		r := acme
+		r.Tenant = tenant
+		src.routes[host] = r
+		src.mu.Unlock()
+		c.Invalidate(host)
+	}
+	handOver("beta")
+	if r, _ := c.Lookup(context.Background(), []byte(host)); r == nil || r.Tenant != "beta" {
+		t.Fatalf("after the hand-over: %v, want beta", r)
+	}
+
+	// A lookup reads the source, then the hand-over happens before it caches.
+	c.Invalidate(host)
+	src.gate = make(chan struct{})
+	done := make(chan *CachedRoute)
+	go func() {
+		r, _ := c.Lookup(context.Background(), []byte(host))
+		done <- r
+	}()
+	for src.calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	// The lookup is inside the source, which answers beta (it read the route before
+	// the hand-over); the hand-over to gamma is invalidated before it caches.
+	c.Invalidate(host)
+	close(src.gate)
+	if r := <-done; r == nil || r.Tenant != "beta" {
+		t.Fatalf("the lookup under way answered %v", r)
+	}
+	src.gate = nil
+	src.mu.Lock()
+	src.routes[host] = Route{Tenant: "gamma", Region: acme.Region, Backends: acme.Backends}
+	src.mu.Unlock()
+	if r, _ := c.Lookup(context.Background(), []byte(host)); r == nil || r.Tenant != "gamma" {
+		t.Fatalf("after a hand-over during a lookup: %v, want gamma (the lookup under way cached the former tenant)", r)
+	}
+}

@@ -82,7 +82,20 @@ func (c *routeCache) put(host string, e *cacheEntry) {
 }
 
 func (c *routeCache) delete(host string) {
-	c.update(host, func(m map[string]*cacheEntry) { delete(m, host) })
+	s := c.shard([]byte(host))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.entries.Load()
+	if _, ok := old[host]; !ok {
+		return // nothing to copy the shard for (every grant change invalidates its host)
+	}
+	m := make(map[string]*cacheEntry, len(old))
+	for k, v := range old {
+		if k != host {
+			m[k] = v
+		}
+	}
+	s.entries.Store(&m)
 }
 
 func (c *routeCache) update(host string, change func(map[string]*cacheEntry)) {

@@ -37,6 +37,9 @@ type Claims struct {
 type holding struct {
 	hosts  []string // granted hostnames
 	tenant string   // its granted tenantID, "" when it holds none
+	// unsaved are the hostnames Claim granted that no status read or written since
+	// records (see Unsaved); nil for nearly every route.
+	unsaved []string
 	// claimed: Claim decided for the route since this registry started.
 	claimed bool
 }
@@ -77,35 +80,59 @@ func NewClaims() *Claims {
 		held: map[types.UID]*holding{}}
 }
 
+// seedPage is how many TenantRoutes one page of the seeding list holds: at 100,000
+// routes the whole list at once would hold every route twice in the manager's memory
+// (decoded and as JSON) on top of the cache.
+const seedPage = 500
+
 // EnsureSeeded learns, once, the grants recorded in the status of every TenantRoute
-// r lists.
-func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader) error {
+// r lists in namespaces (all when none). r should read the API server, not a cache: a replica that just became the
+// leader has had its cache running while it waited, and a cache that lags behind the
+// former leader's last grants would let the new leader give a name away twice. The
+// list is read in pages, each a consistent read.
+func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader, namespaces ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seeded {
 		return nil
 	}
-	var list v1.TenantRouteList
-	if err := r.List(ctx, &list); err != nil {
-		return fmt.Errorf("listing TenantRoutes to learn their grants: %w", err)
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
 	}
-	for i := range list.Items {
-		tr := &list.Items[i]
-		g := grant{uid: tr.UID, key: keyOf(tr)}
-		if t := tr.Status.TenantID; t != nil && t.State == v1.ClaimGranted {
-			g.since = t.Since
-			c.takeTenant(tr.Spec.TenantID, g)
-		}
-		for _, h := range tr.Status.Hostnames {
-			if h.State == v1.ClaimGranted && slices.Contains(tr.Spec.Hostnames, h.Hostname) {
-				g.since = h.Since
-				c.takeHost(h.Hostname, g)
+	for _, ns := range namespaces {
+		var list v1.TenantRouteList
+		for {
+			if err := r.List(ctx, &list, client.InNamespace(ns), client.Limit(seedPage), client.Continue(list.Continue)); err != nil {
+				return fmt.Errorf("listing TenantRoutes to learn their grants: %w", err)
+			}
+			for i := range list.Items {
+				c.seed(&list.Items[i])
+			}
+			if list.Continue == "" {
+				break
 			}
 		}
-		c.byKey[g.key] = g.uid
 	}
 	c.seeded = true
 	return nil
+}
+
+// seed learns the grants tr's status records.
+func (c *Claims) seed(tr *v1.TenantRoute) {
+	g := grant{uid: tr.UID, key: keyOf(tr)}
+	if t := tr.Status.TenantID; t != nil && t.State == v1.ClaimGranted {
+		g.since = t.Since
+		c.takeTenant(tr.Spec.TenantID, g)
+	}
+	for _, h := range tr.Status.Hostnames {
+		// One the spec no longer lists is being released: its records may still be
+		// in DNS, so it stays the route's until its reconcile lets it go.
+		if h.State == v1.ClaimGranted {
+			g.since = h.Since
+			c.takeHost(h.Hostname, g)
+		}
+	}
+	c.byKey[g.key] = g.uid
 }
 
 // takeHost and takeTenant record g as the holder of a name unless an earlier grant
@@ -140,6 +167,7 @@ func (c *Claims) dropHost(name string) {
 		delete(c.hosts, name)
 		if h := c.held[g.uid]; h != nil {
 			h.hosts = slices.DeleteFunc(h.hosts, func(held string) bool { return held == name })
+			h.unsaved = slices.DeleteFunc(h.unsaved, func(held string) bool { return held == name })
 			c.forget(g.uid)
 		}
 	}
@@ -162,8 +190,9 @@ func earlier(held, g grant) grant {
 	return held
 }
 
-// Claim decides a TenantRoute's tenantID and hostnames, releasing what it no longer
-// lists, and returns the status to record and what was freed. ineligible are the
+// Claim decides a TenantRoute's tenantID and hostnames, and returns the status to
+// record and what was freed. A hostname the route no longer lists is kept, recorded
+// as Granted with ReleasingMessage, until Let releases it. ineligible are the
 // hostnames the route may not hold now, with their state and why: Forbidden (its
 // namespace may not claim in that zone) or PendingVerification (a custom domain whose
 // owner has not proven control); they are neither granted nor held. now stamps new
@@ -175,14 +204,16 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, ineligible map[strin
 	freed = c.forgetStale(me)
 	holds := c.holdingOf(me.uid)
 	holds.claimed = true
-	unlisted := len(freed.Hostnames)
+	// A hostname the route no longer lists stays its own until its records are gone
+	// (Let): handed to the next claimant at once, it would have that tenant's grant
+	// in the proxy while DNS still held this one's records.
+	var releasing []v1.HostnameClaim
 	for _, h := range holds.hosts {
 		if !slices.Contains(tr.Spec.Hostnames, h) {
-			freed.Hostnames = append(freed.Hostnames, h)
+			st := v1.ClaimStatus{State: v1.ClaimGranted, Message: ReleasingMessage}
+			st.Since = keepSince(previousClaim(tr, h), st.State, now)
+			releasing = append(releasing, v1.HostnameClaim{Hostname: h, ClaimStatus: st})
 		}
-	}
-	for _, h := range freed.Hostnames[unlisted:] { // not while ranging: dropHost changes holds.hosts
-		c.dropHost(h)
 	}
 	if t := holds.tenant; t != "" && t != tr.Spec.TenantID {
 		c.dropTenant(t)
@@ -217,6 +248,7 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, ineligible map[strin
 			st = v1.ClaimStatus{State: not.State, Message: not.Message}
 		case !ok:
 			c.takeHost(h, me)
+			holds.unsaved = append(holds.unsaved, h)
 		}
 		if mine && st.State != v1.ClaimGranted {
 			// Held, but no longer eligible (its proof is gone, its tenantID another's):
@@ -227,7 +259,93 @@ func (c *Claims) Claim(tr *v1.TenantRoute, now metav1.Time, ineligible map[strin
 		st.Since = keepSince(previous[h], st.State, now)
 		hostnames = append(hostnames, v1.HostnameClaim{Hostname: h, ClaimStatus: st})
 	}
+	hostnames = append(hostnames, releasing...)
+	if len(holds.unsaved) > 0 {
+		// A grant the route's status already records was saved.
+		saved := Granted(tr)
+		holds.unsaved = slices.DeleteFunc(holds.unsaved, func(h string) bool { return slices.Contains(saved, h) })
+	}
 	return tenant, hostnames, freed
+}
+
+// ReleasingMessage is the message of a hostname a TenantRoute no longer lists and
+// still holds, in its status: its records are being deleted, and the name goes to the
+// next claimant once they are gone and the status that says so is saved.
+const ReleasingMessage = "no longer listed: held until its records are deleted"
+
+// Releasing reports whether a claim in a route's status is that of a hostname it no
+// longer lists and still holds.
+func Releasing(tr *v1.TenantRoute, c v1.HostnameClaim) bool {
+	return c.State == v1.ClaimGranted && !slices.Contains(tr.Spec.Hostnames, c.Hostname)
+}
+
+// Let releases hostnames tr held without listing them, once a status of tr that no
+// longer records them is saved (its records at them are gone), and returns what it
+// freed. A hostname tr lists again is kept.
+func (c *Claims) Let(tr *v1.TenantRoute, hostnames []string) Freed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var freed Freed
+	for _, h := range hostnames {
+		if g, ok := c.hosts[h]; ok && g.uid == tr.UID && !slices.Contains(tr.Spec.Hostnames, h) {
+			c.dropHost(h)
+			freed.Hostnames = append(freed.Hostnames, h)
+		}
+	}
+	return freed
+}
+
+func previousClaim(tr *v1.TenantRoute, host string) *v1.ClaimStatus {
+	for i := range tr.Status.Hostnames {
+		if tr.Status.Hostnames[i].Hostname == host {
+			return &tr.Status.Hostnames[i].ClaimStatus
+		}
+	}
+	return nil
+}
+
+// Unsaved are the hostnames the registry grants tr that no status of tr read or
+// written since (Saved) records: a grant lives in this process's memory until the
+// route's status is saved, and a leader that dies before that leaves no trace of it
+// for its successor.
+func (c *Claims) Unsaved(tr *v1.TenantRoute) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.held[tr.UID]; h != nil && len(h.unsaved) > 0 && c.byKey[keyOf(tr)] == tr.UID {
+		return slices.Clone(h.unsaved)
+	}
+	return nil
+}
+
+// Disowns reports whether tr's status records a grant (hostname or tenantID) that the
+// registry, once seeded, gives to another route or to none.
+func (c *Claims) Disowns(tr *v1.TenantRoute) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.seeded {
+		return false
+	}
+	if t := tr.Status.TenantID; t != nil && t.State == v1.ClaimGranted {
+		if g, ok := c.tenants[tr.Spec.TenantID]; !ok || g.uid != tr.UID {
+			return true
+		}
+	}
+	for _, h := range Granted(tr) {
+		if g, ok := c.hosts[h]; !ok || g.uid != tr.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// Saved tells the registry that a status of the route uid granting hostnames was
+// saved in the API server.
+func (c *Claims) Saved(uid types.UID, hostnames []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.held[uid]; h != nil && len(h.unsaved) > 0 {
+		h.unsaved = slices.DeleteFunc(h.unsaved, func(name string) bool { return slices.Contains(hostnames, name) })
+	}
 }
 
 // holderOf names the holder of a claim to the route that lost it: by name within its

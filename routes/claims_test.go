@@ -39,9 +39,19 @@ func TestFirstGrantedKeepsWhateverTheAge(t *testing.T) {
 	if s := states(h); s["x.example.com"] != v1.ClaimConflict || s["y.example.com"] != v1.ClaimGranted {
 		t.Errorf("an older route adding a granted name: %v", s)
 	}
-	// Released when the holder stops listing it, then granted to the next claimant.
+	// The holder stops listing it: it keeps it, recorded as releasing, until its records
+	// are gone (Let); then the next claimant is granted it.
 	young.Spec.Hostnames = []string{"z.example.com"}
-	c.Claim(young, now, nil)
+	_, h, freed := c.Claim(young, now, nil)
+	if s := states(h); s["x.example.com"] != v1.ClaimGranted || len(freed.Hostnames) != 0 {
+		t.Errorf("the holder no longer lists the name: %v, freed %v", s, freed)
+	}
+	if _, h, _ := c.Claim(old, now, nil); states(h)["x.example.com"] != v1.ClaimConflict {
+		t.Errorf("while the holder releases it: %v", states(h))
+	}
+	if freed := c.Let(young, []string{"x.example.com"}); len(freed.Hostnames) != 1 {
+		t.Errorf("Let freed %v", freed)
+	}
 	if _, h, _ := c.Claim(old, now, nil); states(h)["x.example.com"] != v1.ClaimGranted {
 		t.Errorf("after release: %v", states(h))
 	}

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +32,50 @@ func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
 		return Source{}, err
 	}
 	return Source{Reader: c, Granted: granted}, nil
+}
+
+// OnGrantChange calls changed, from c's TenantRoute informer, with every hostname whose
+// grant a route gained or lost (Granted), so that a proxy drops what it cached of it: a
+// hostname handed to another tenant would otherwise be served to the former one until
+// its cached route expired, while DNS and the other proxies already say otherwise.
+func OnGrantChange(ctx context.Context, c cache.Cache, changed func(host string)) error {
+	inf, err := c.GetInformer(ctx, &v1.TenantRoute{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("the TenantRoute informer: %w", err)
+	}
+	diff := func(from, to any) {
+		var before, after []string
+		if tr, ok := from.(*v1.TenantRoute); ok {
+			before = Granted(tr)
+		}
+		if tr, ok := to.(*v1.TenantRoute); ok {
+			after = Granted(tr)
+		}
+		for _, h := range before {
+			if !slices.Contains(after, h) {
+				changed(h)
+			}
+		}
+		for _, h := range after {
+			if !slices.Contains(before, h) {
+				changed(h)
+			}
+		}
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { diff(nil, obj) },
+		UpdateFunc: diff,
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			diff(obj, nil)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching the grants: %w", err)
+	}
+	return nil
 }
 
 // Source is the source of truth: the TenantRoute granted a host, and its Region's

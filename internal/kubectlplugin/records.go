@@ -139,7 +139,8 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 		}
 	}
 	for _, h := range route.Status.Hostnames {
-		if h.State == v1.ClaimGranted {
+		// A granted hostname the spec no longer lists is being released: its records go.
+		if h.State == v1.ClaimGranted && slices.Contains(route.Spec.Hostnames, h.Hostname) {
 			hostnames = append(hostnames, h.Hostname)
 		}
 	}
