@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
-# The manager killed with SIGKILL at random moments while it creates and while it
-# deletes TenantRoutes, then a clean run: counts what each provider holds.
-#   RUNS=3 ROUTES=3000 KILLS=6 hack/bench-faults.sh
-# The clean run keeps the orphan sweep off (SWEEP=true turns it on), so that a record a
-# deletion left behind shows as an orphan rather than being swept.
+# Fault scenarios against a real API server, the manager binary and both emulators.
+#   RUNS=3 ROUTES=3000 KILLS=6 hack/bench-faults.sh [sigkill]
+#     The manager killed with SIGKILL at random moments while it creates and while it
+#     deletes TenantRoutes, then a clean run: counts what each provider holds. The
+#     clean run keeps the orphan sweep off (SWEEP=true turns it on), so that a record a
+#     deletion left behind shows as an orphan rather than being swept.
+#   RUNS=3 ROUTES=3000 MOVES=300 ROUNDS=3 hack/bench-faults.sh leader
+#     Two replicas with leader election, each serving its embedded proxy; in each
+#     round MOVES hostnames change tenant and the leader is killed as the first new
+#     record appears. A checker samples every 250 ms which tenant each moved hostname
+#     leads to in both providers and both proxies. PLANT=1 builds the manager with the
+#     planted fault (a contested grant used before it is saved), which it must report.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
+SCENARIO="${1:-sigkill}"
 RUNS="${RUNS:-3}" ROUTES="${ROUTES:-3000}" KILLS="${KILLS:-6}" SWEEP="${SWEEP:-false}"
+MOVES="${MOVES:-300}" ROUNDS="${ROUNDS:-3}"
 make -s envtest-assets
 echo "building the manager"
-go build -o bin/manager ./cmd
+go build ${PLANT:+-tags plantfault} -o bin/manager ./cmd
 export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-$(ls -d "${root}"/bin/k8s/*/ | tail -1)}"
 failed=0
 for run in $(seq 1 "${RUNS}"); do
-  echo "run ${run}/${RUNS}: ${ROUTES} routes, ${KILLS} kills while creating and ${KILLS} while deleting"
-  go run ./hack/faults -manager bin/manager -routes "${ROUTES}" -kills "${KILLS}" -sweep="${SWEEP}" || failed=$((failed + 1))
+  case "${SCENARIO}" in
+    sigkill)
+      echo "run ${run}/${RUNS}: ${ROUTES} routes, ${KILLS} kills while creating and ${KILLS} while deleting"
+      go run ./hack/faults -manager bin/manager -routes "${ROUTES}" -kills "${KILLS}" -sweep="${SWEEP}" || failed=$((failed + 1)) ;;
+    leader)
+      echo "run ${run}/${RUNS}: ${ROUTES} routes, ${MOVES} hostnames moved in each of ${ROUNDS} rounds, the leader killed in each"
+      go run ./hack/faults -scenario leader -manager bin/manager -routes "${ROUTES}" -moves "${MOVES}" -rounds "${ROUNDS}" || failed=$((failed + 1)) ;;
+    *) echo "unknown scenario ${SCENARIO} (sigkill, leader)" >&2; exit 2 ;;
+  esac
 done
+# The plantfault build must not stay in bin/.
+if [[ -n "${PLANT:-}" ]]; then go build -o bin/manager ./cmd; fi
 echo "${failed} of ${RUNS} runs not clean"
 exit $(( failed > 0 ))

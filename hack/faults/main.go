@@ -1,5 +1,8 @@
-// Command faults runs the SIGKILL scenario of internal/faults at a chosen scale and
-// prints the counts of each run (hack/bench-faults.sh).
+// Command faults runs a scenario of internal/faults at a chosen scale and prints what
+// each run found (hack/bench-faults.sh):
+//
+//	-scenario sigkill: the manager killed while it creates and deletes routes
+//	-scenario leader:  two replicas, the leader killed while hostnames change tenant
 package main
 
 import (
@@ -14,15 +17,18 @@ import (
 )
 
 func main() {
+	scenario := flag.String("scenario", "sigkill", "sigkill or leader")
 	cfg := faults.Config{}
 	flag.StringVar(&cfg.Manager, "manager", "bin/manager", "the manager binary")
-	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created; a third of them are then deleted")
-	flag.IntVar(&cfg.Kills, "kills", 6, "SIGKILLs while creating, and again while deleting")
-	flag.DurationVar(&cfg.MaxKillAfter, "max-kill-after", 6*time.Second, "latest moment of a kill after the manager started")
-	flag.DurationVar(&cfg.OutageAtStart, "outage-at-start", 4*time.Second, "each killed start meets both providers answering 503 for a random part of this long")
-	flag.BoolVar(&cfg.Sweep, "sweep", false, "run the clean run with the orphan sweep on")
-	flag.DurationVar(&cfg.Settle, "settle", 10*time.Minute, "bound of the clean run")
-	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill moments (0: random)")
+	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created (sigkill: a third of them are then deleted)")
+	flag.IntVar(&cfg.Kills, "kills", 6, "sigkill: SIGKILLs while creating, and again while deleting")
+	flag.DurationVar(&cfg.MaxKillAfter, "max-kill-after", 6*time.Second, "sigkill: latest moment of a kill after the manager started")
+	flag.DurationVar(&cfg.OutageAtStart, "outage-at-start", 4*time.Second, "sigkill: each killed start meets both providers answering 503 for a random part of this long")
+	flag.BoolVar(&cfg.Sweep, "sweep", false, "sigkill: run the clean run with the orphan sweep on")
+	flag.DurationVar(&cfg.Settle, "settle", 10*time.Minute, "bound of the clean run (leader: of each round)")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "sigkill: seed of the kill moments (0: random)")
+	moves := flag.Int("moves", 300, "leader: hostnames that change tenant in each round")
+	rounds := flag.Int("rounds", 3, "leader: rounds of moves, the leader killed in each")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
 	args := flag.String("manager-args", "", "more arguments for the manager, space-separated (e.g. --zap-log-level=debug)")
 	flag.Parse()
@@ -36,17 +42,33 @@ func main() {
 		cfg.Dir = d
 	}
 	cfg.Log = func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
-	rep, err := faults.Run(context.Background(), cfg)
+	var clean bool
+	var report fmt.Stringer
+	var err error
+	switch *scenario {
+	case "sigkill":
+		var rep faults.Report
+		rep, err = faults.Run(context.Background(), cfg)
+		clean, report = rep.Clean(), rep
+	case "leader":
+		var rep faults.LeaderReport
+		rep, err = faults.RunLeader(context.Background(), faults.LeaderConfig{Manager: cfg.Manager, Routes: cfg.Routes,
+			Moves: *moves, Rounds: *rounds, KillWithin: 20 * time.Second, Route53Latency: time.Second,
+			Settle: cfg.Settle, ManagerArgs: cfg.ManagerArgs, Dir: cfg.Dir, Log: cfg.Log})
+		clean, report = rep.Clean(), rep
+	default:
+		err = fmt.Errorf("unknown scenario %q", *scenario)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
 	}
 	verdict := "CLEAN"
-	if !rep.Clean() {
+	if !clean {
 		verdict = "NOT CLEAN"
 	}
-	fmt.Printf("%s: %s (manager logs in %s)\n", verdict, rep, cfg.Dir)
-	if !rep.Clean() {
+	fmt.Printf("%s: %s (manager logs in %s)\n", verdict, report, cfg.Dir)
+	if !clean {
 		os.Exit(1)
 	}
 }

@@ -47,6 +47,9 @@ const (
 	awsSec  = "harness-secret"
 )
 
+// Secrets are the credentials the world gives the manager: none may appear in its logs.
+func Secrets() []string { return []string{cfToken, awsSec} }
+
 // World is the API server, the emulators, the edges' health endpoints and the objects
 // of one run.
 type World struct {
