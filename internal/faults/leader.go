@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -64,6 +66,10 @@ type LeaderReport struct {
 	// which a new leader does not know and may give to another tenant.
 	Unsaved  int
 	Examples []string
+	// Duration the checker ran (Samples over it is its pace); ProxyUnanswered of
+	// ProxyAsked questions got no answer (a proxy down or restarting).
+	Duration                    time.Duration
+	ProxyAsked, ProxyUnanswered int64
 	// Converged: after each round, how long from the kill until every hostname had
 	// its desired records in both providers, once, and every route was Ready.
 	Converged []time.Duration
@@ -100,8 +106,8 @@ func (r LeaderReport) String() string {
 	for i, d := range r.Converged {
 		conv[i] = d.Round(100 * time.Millisecond).String()
 	}
-	return fmt.Sprintf("%d kills, %d samples: split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; converged after each kill in %v (timed out: %t); final records: %s; goroutines %d -> %d, heap %d -> %d MiB; secret in %q",
-		r.Kills, r.Samples, r.SplitDNS, r.SplitProxy, r.SplitDNSProxy, r.Unsaved, r.Examples, conv, r.TimedOut, r.Final,
+	return fmt.Sprintf("%d kills, %d samples in %s (%d of %d proxy questions unanswered): split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; converged after each kill in %v (timed out: %t); final records: %s; goroutines %d -> %d, heap %d -> %d MiB; secret in %q",
+		r.Kills, r.Samples, r.Duration.Round(time.Second), r.ProxyUnanswered, r.ProxyAsked, r.SplitDNS, r.SplitProxy, r.SplitDNSProxy, r.Unsaved, r.Examples, conv, r.TimedOut, r.Final,
 		r.Before.Goroutines, r.After.Goroutines, r.Before.HeapBytes>>20, r.After.HeapBytes>>20, r.SecretInLogs)
 }
 
@@ -165,6 +171,12 @@ func RunLeader(ctx context.Context, cfg LeaderConfig) (LeaderReport, error) {
 	for i := range moved {
 		moved[i] = host(i)
 	}
+	if err := harness.Parallel(moved, func(h string) error {
+		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: strings.TrimSuffix(h, "."+zoneName), Namespace: harness.RoutesNamespace}}
+		return hw.Client.Patch(ctx, tr, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+movedLabel+`":"true"}}}`)))
+	}); err != nil {
+		return rep, err
+	}
 	claimant := func(i, n int) string { return fmt.Sprintf("c%d-%d", i, n) }
 	var claimants []string
 	for i := range cfg.Moves {
@@ -185,6 +197,7 @@ func RunLeader(ctx context.Context, cfg LeaderConfig) (LeaderReport, error) {
 	chk := &checker{w: hw, hosts: moved, proxies: []string{replicas[0].proxy, replicas[1].proxy},
 		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	cctx, stopChecker := context.WithCancel(ctx)
+	checkStart := time.Now()
 	checked := make(chan struct{})
 	go func() { defer close(checked); chk.run(cctx, cfg.SampleEvery) }()
 
@@ -236,7 +249,10 @@ func RunLeader(ctx context.Context, cfg LeaderConfig) (LeaderReport, error) {
 	time.Sleep(2 * time.Second) // a last few samples of the end state
 	stopChecker()
 	<-checked
-	rep.Samples, rep.SplitDNS, rep.SplitProxy, rep.SplitDNSProxy, rep.Unsaved, rep.Examples = chk.result()
+	chk.result(&rep)
+	rep.Duration = time.Since(checkStart)
+	chk.client.CloseIdleConnections()
+	time.Sleep(2 * time.Second) // the proxies close their side
 	rep.After = figures(ctx, leader(ctx, replicas))
 	final, err := exact(ctx, hw)
 	if err != nil {
@@ -296,9 +312,14 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
+// movedLabel marks the routes that hold or claim a moved hostname: the checker reads
+// only those.
+const movedLabel = "faults.tenantroute.io/moved"
+
 func createClaimants(ctx context.Context, hw *harness.World, names []string, host func(string) string) error {
 	return harness.Parallel(names, func(n string) error {
-		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: harness.RoutesNamespace}, Spec: v1.TenantRouteSpec{
+		tr := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: harness.RoutesNamespace,
+			Labels: map[string]string{movedLabel: "true"}}, Spec: v1.TenantRouteSpec{
 			TenantID: n, Region: harness.Region, Hostnames: []string{host(n)}, Edges: []string{harness.CloudflareEdge, harness.AWSEdge}, TTL: 60}}
 		return hw.Client.Create(ctx, tr)
 	})
@@ -585,6 +606,7 @@ type checker struct {
 	mu                                  sync.Mutex
 	samples                             int
 	splitDNS, splitProxy, both, unsaved int
+	asked, unanswered                   int64
 	examples                            []string
 }
 
@@ -604,12 +626,13 @@ func (c *checker) run(ctx context.Context, every time.Duration) {
 // grantsOf maps each hostname to the routes whose saved status grants it (a name a
 // route releases included: its records are still in DNS).
 func grantsOf(ctx context.Context, w *harness.World) (map[string][]string, error) {
-	routes, err := listRoutes(ctx, w)
-	if err != nil {
+	var list v1.TenantRouteList
+	if err := w.Client.List(ctx, &list, client.InNamespace(harness.RoutesNamespace), client.HasLabels{movedLabel}); err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}
-	for _, tr := range routes {
+	for i := range list.Items {
+		tr := &list.Items[i]
 		if tr.Status.TenantID == nil || tr.Status.TenantID.State != v1.ClaimGranted {
 			continue
 		}
@@ -632,17 +655,33 @@ func (c *checker) sample(ctx context.Context) {
 		return
 	}
 	cf, r53 := dnsOwners(c.w)
+	// A few keep-alive connections per proxy: a burst of one per hostname would meet
+	// the proxy's connection limit per client address (429).
 	answers := make([][]string, len(c.proxies))
 	var wg sync.WaitGroup
+	var unanswered atomic.Int64
 	for p, addr := range c.proxies {
 		answers[p] = make([]string, len(c.hosts))
-		for i, h := range c.hosts {
+		work := make(chan int)
+		for range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[p][i] = c.ask(ctx, addr, h)
+				for i := range work {
+					a, ok := c.ask(ctx, addr, c.hosts[i])
+					answers[p][i] = a
+					if !ok {
+						unanswered.Add(1)
+					}
+				}
 			}()
 		}
+		go func() {
+			defer close(work)
+			for i := range c.hosts {
+				work <- i
+			}
+		}()
 	}
 	wg.Wait()
 	after, err := grantsOf(ctx, c.w)
@@ -652,6 +691,8 @@ func (c *checker) sample(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.samples++
+	c.asked += int64(len(c.proxies) * len(c.hosts))
+	c.unanswered += unanswered.Load()
 	for i, h := range c.hosts {
 		dns := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(cf[h]), r53[h]...))))
 		var proxied []string
@@ -689,28 +730,33 @@ func (c *checker) sample(ctx context.Context) {
 	}
 }
 
-// ask returns the tenant a proxy sends host to, "" when it routes it nowhere or is
-// down.
-func (c *checker) ask(ctx context.Context, addr, host string) string {
+// ask returns the tenant a proxy sends host to, "" when it routes it nowhere; ok is
+// false when the proxy did not say (down, restarting, refusing the connection).
+func (c *checker) ask(ctx context.Context, addr, host string) (tenant string, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	req.Host = host
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	if resp.StatusCode != http.StatusOK {
-		return ""
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return string(body), true
+	case http.StatusNotFound, http.StatusMisdirectedRequest:
+		return "", true
 	}
-	return string(body)
+	return "", false
 }
 
-func (c *checker) result() (samples, dns, proxy, both, unsaved int, examples []string) {
+func (c *checker) result(rep *LeaderReport) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.samples, c.splitDNS, c.splitProxy, c.both, c.unsaved, c.examples
+	rep.Samples, rep.SplitDNS, rep.SplitProxy, rep.SplitDNSProxy, rep.Unsaved, rep.Examples =
+		c.samples, c.splitDNS, c.splitProxy, c.both, c.unsaved, c.examples
+	rep.ProxyAsked, rep.ProxyUnanswered = c.asked, c.unanswered
 }
