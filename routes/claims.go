@@ -37,8 +37,8 @@ type Claims struct {
 type holding struct {
 	hosts  []string // granted hostnames
 	tenant string   // its granted tenantID, "" when it holds none
-	// unsaved are the hostnames Claim granted that no status read or written since
-	// records (see Unsaved); nil for nearly every route.
+	// unsaved are the hostnames Claim granted that no status of the route, read or
+	// written since, records (see Unsaved); nil for nearly every route.
 	unsaved []string
 	// claimed: Claim decided for the route since this registry started.
 	claimed bool
@@ -86,10 +86,10 @@ func NewClaims() *Claims {
 const seedPage = 500
 
 // EnsureSeeded learns, once, the grants recorded in the status of every TenantRoute
-// r lists in namespaces (all when none). r should read the API server, not a cache: a replica that just became the
-// leader has had its cache running while it waited, and a cache that lags behind the
-// former leader's last grants would let the new leader give a name away twice. The
-// list is read in pages, each a consistent read.
+// r lists in namespaces (all when none). r should read the API server, not a cache: a
+// replica that just became the leader has had its cache running while it waited, and
+// a cache that lags behind the former leader's last grants would let the new leader
+// give a name away twice. The list is read in pages, each a consistent read.
 func (c *Claims) EnsureSeeded(ctx context.Context, r client.Reader, namespaces ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
