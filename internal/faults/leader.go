@@ -222,7 +222,7 @@ func RunLeader(ctx context.Context, cfg LeaderConfig) (LeaderReport, error) {
 		}
 		cfg.Log("round %d: SIGKILL the leader (%s) %s after the hand-over (%s)", round, filepath.Base(lead.Dir), after.Round(time.Millisecond), moment)
 		if after >= cfg.KillWithin {
-			cfg.Log("round %d: no new record by then; %s", round, claimsOf(ctx, hw, moved[0]))
+			cfg.Log("round %d: the moment did not come; %s", round, claimsOf(ctx, hw, moved[0]))
 		}
 		killed := time.Now()
 		lead.Stop(syscall.SIGKILL)
