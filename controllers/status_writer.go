@@ -45,16 +45,8 @@ func (w *statusWriter) write(ctx context.Context, before, after *v1.TenantRoute,
 	if equality.Semantic.DeepEqual(before.Status, after.Status) {
 		return nil
 	}
-	patch, err := statusPatch(before, after, lock)
-	if err != nil {
-		return err
-	}
-	err = w.rest.Patch(types.MergePatchType).Namespace(after.Namespace).Resource("tenantroutes").Name(after.Name).
-		SubResource("status").Body(patch).Do(ctx).Error()
-	if err = client.IgnoreNotFound(err); err != nil {
-		return fmt.Errorf("patching status: %w", err)
-	}
-	return nil
+	_, err := w.patch(ctx, before, after, lock)
+	return client.IgnoreNotFound(err)
 }
 
 // writeLocked patches after's status on before's version, and returns the version
@@ -63,14 +55,9 @@ func (w *statusWriter) writeLocked(ctx context.Context, before, after *v1.Tenant
 	if equality.Semantic.DeepEqual(before.Status, after.Status) {
 		return before.ResourceVersion, nil
 	}
-	patch, err := statusPatch(before, after, true)
+	raw, err := w.patch(ctx, before, after, true)
 	if err != nil {
 		return "", err
-	}
-	raw, err := w.rest.Patch(types.MergePatchType).Namespace(after.Namespace).Resource("tenantroutes").Name(after.Name).
-		SubResource("status").Body(patch).DoRaw(ctx)
-	if err != nil {
-		return "", fmt.Errorf("patching status: %w", err)
 	}
 	var answer struct {
 		Metadata struct {
@@ -81,6 +68,21 @@ func (w *statusWriter) writeLocked(ctx context.Context, before, after *v1.Tenant
 		return "", fmt.Errorf("reading the saved status's version: %v", err)
 	}
 	return answer.Metadata.ResourceVersion, nil
+}
+
+// patch sends the status patch from before to after and returns the API server's
+// answer, undecoded.
+func (w *statusWriter) patch(ctx context.Context, before, after *v1.TenantRoute, lock bool) ([]byte, error) {
+	body, err := statusPatch(before, after, lock)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := w.rest.Patch(types.MergePatchType).Namespace(after.Namespace).Resource("tenantroutes").Name(after.Name).
+		SubResource("status").Body(body).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("patching status: %w", err)
+	}
+	return raw, nil
 }
 
 // statusPatch is the JSON merge patch (RFC 7386) from before's status to after's.

@@ -140,7 +140,7 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		err := r.status.write(ctx, before, route, transitions.pending())
 		switch {
 		case err == nil:
-			r.Claims.Saved(route.UID, routes.Granted(route))
+			r.Claims.Saved(route)
 			if len(letGo) > 0 {
 				r.enqueueClaimants(ctx, req.NamespacedName, r.Claims.Let(route, letGo))
 			}
@@ -222,7 +222,7 @@ func (r *TenantRouteReconciler) saveGrants(ctx context.Context, before *v1.Tenan
 		return nil, fmt.Errorf("saving the grant of %v: %w", plan.unsaved, err)
 	}
 	saved.ResourceVersion = rv
-	r.Claims.Saved(saved.UID, routes.Granted(saved))
+	r.Claims.Saved(saved)
 	return saved, nil
 }
 

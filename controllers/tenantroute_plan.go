@@ -107,12 +107,12 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 // saves the grant first (saveGrants), at the price of one more status write.
 func (r *TenantRouteReconciler) contested(ctx context.Context, route *v1.TenantRoute, hosts []string) ([]string, error) {
 	var out []string
+	self := client.ObjectKeyFromObject(route)
 	for _, h := range hosts {
 		keys, err := r.byHostname.Keys(ctx, h)
 		if err != nil {
 			return nil, err
 		}
-		self := client.ObjectKeyFromObject(route)
 		if slices.ContainsFunc(keys, func(k types.NamespacedName) bool { return k != self }) {
 			out = append(out, h)
 		}

@@ -338,13 +338,14 @@ func (c *Claims) Disowns(tr *v1.TenantRoute) bool {
 	return false
 }
 
-// Saved tells the registry that a status of the route uid granting hostnames was
-// saved in the API server.
-func (c *Claims) Saved(uid types.UID, hostnames []string) {
+// Saved tells the registry that tr's status, as it is, was saved in the API server:
+// the grants it records are no longer unsaved.
+func (c *Claims) Saved(tr *v1.TenantRoute) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h := c.held[uid]; h != nil && len(h.unsaved) > 0 {
-		h.unsaved = slices.DeleteFunc(h.unsaved, func(name string) bool { return slices.Contains(hostnames, name) })
+	if h := c.held[tr.UID]; h != nil && len(h.unsaved) > 0 {
+		saved := Granted(tr)
+		h.unsaved = slices.DeleteFunc(h.unsaved, func(name string) bool { return slices.Contains(saved, name) })
 	}
 }
 

@@ -98,9 +98,10 @@ func (c Cost) Floor(n int) time.Duration {
 // (a manager that just stopped, routes just created, a watch just listed), and returns
 // the CPU it still uses at rest, in cores, to be taken out of the measurement: the mean
 // of three consecutive quiet seconds (under 0.1 core each), or of the seconds since the
-// last busy one when it never quietens. One second was not enough after a 100,000-route manager: the API
-// server and etcd then work in bursts, and a burst counted as rest, or rest counted
-// during a burst, made one sample a third and another twice what it should be.
+// last busy one when it never quietens. One second was not enough after a
+// 100,000-route manager: the API server and etcd then work in bursts, and a burst
+// counted as rest, or rest counted during a burst, made one sample a third and another
+// twice what it should be.
 func (c *ControlPlane) settle(ctx context.Context) (api, etcd float64, err error) {
 	const step, quiet = time.Second, 3
 	type sample struct{ api, etcd float64 }

@@ -49,9 +49,9 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 
 	f := &sending{q: q, ctx: ctx, planner: newPlanner(current, p.batch), released: map[string]bool{},
-		orphans: map[string]*Outcome{}}
+		orphans: map[string]bool{}, swept: map[string]*Outcome{}}
 	for _, key := range orphans {
-		f.orphans[key] = nil
+		f.orphans[key] = true
 	}
 	lim := q.limits()
 	// Each run of owners that fills one request is applied, counted and reported
@@ -100,7 +100,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		f.send(run, fullBatchesOnly)
 	}
 	q.opts.Log.V(1).Info("planned", "zone", q.zone.Name, "owners", len(keys), "held", held, "error", f.err)
-	q.reportSweep(orphans, f.orphans)
+	q.reportSweep(orphans, f.swept)
 	return f.err
 }
 
@@ -119,9 +119,12 @@ type sending struct {
 	// released are the names deleted by the runs applied so far: a name deleted by an
 	// earlier run frees the owners of later ones that wait for it.
 	released map[string]bool
-	orphans  map[string]*Outcome // the outcomes of the orphans swept, for reportSweep
-	sent     bool                // a request was sent
-	err      error               // the first failed request's error
+	orphans  map[string]bool
+	// swept are the outcomes of the orphans reported, for reportSweep; one held back
+	// with the last request of a stream has none, and is looked for again.
+	swept map[string]*Outcome
+	sent  bool  // a request was sent
+	err   error // the first failed request's error
 }
 
 // send applies one run's changes, counts what its owners hold and reports them.
@@ -133,8 +136,8 @@ func (f *sending) send(run []planned, fullBatchesOnly bool) {
 	for _, o := range run {
 		outs[o.key] = o.out
 		changes = append(changes, o.changes...)
-		if _, ok := f.orphans[o.key]; ok {
-			f.orphans[o.key] = o.out
+		if f.orphans[o.key] {
+			f.swept[o.key] = o.out
 		}
 	}
 	if f.err != nil {
@@ -165,8 +168,8 @@ func (f *sending) report(idle []planned) {
 	for _, o := range idle {
 		o.out.Records = f.planner.records(o.key)
 		outs[o.key] = o.out
-		if _, ok := f.orphans[o.key]; ok {
-			f.orphans[o.key] = o.out
+		if f.orphans[o.key] {
+			f.swept[o.key] = o.out
 		}
 	}
 	f.q.finish(outs, f.released, true)

@@ -84,3 +84,29 @@ func sum(ns []int) (total int) {
 	}
 	return total
 }
+
+// A sweep while desires stream in: the orphan's deletions fall in the request the
+// last owners would share, which waits for more desires. The orphan is looked for
+// again by the next flush (it was not swept yet), and is swept once the stream pauses.
+func TestAnOrphanHeldBackByAStreamIsSweptLater(t *testing.T) {
+	mem := newMem()
+	mem.records[providers.Key{Name: "zz-gone.example.com", Type: providers.TypeCNAME}] = providers.Record{
+		Name: "zz-gone.example.com", Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}, Owner: "zz-gone"}
+	q := New(batchedMem{mem}, providers.Zone{Name: "example.com", ID: "z"},
+		Options{Orphaned: func(owner string) bool { return owner == "zz-gone" }}, nil)
+	for i := range 250 { // one full request of 200, then 50 and the orphan's deletion
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+	}
+	if err := q.flush(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, left := mem.records[providers.Key{Name: "zz-gone.example.com", Type: providers.TypeCNAME}]; !left {
+		t.Fatal("the orphan was swept in the request held back")
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, left := mem.records[providers.Key{Name: "zz-gone.example.com", Type: providers.TypeCNAME}]; left {
+		t.Error("the orphan is still there once the stream paused")
+	}
+}
