@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -74,4 +75,30 @@ func ErrorCode(err error) string {
 func IsNetwork(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
+}
+
+type sendsKey struct{}
+
+// CountSends returns a context whose HTTP requests count themselves in the returned
+// counter as a LimitedTransport sends them: SDKs resend a write whose connection
+// dropped, and the attempt that got no answer may have been applied.
+func CountSends(ctx context.Context) (context.Context, *atomic.Int32) {
+	n := &atomic.Int32{}
+	return context.WithValue(ctx, sendsKey{}, n), n
+}
+
+func countSend(ctx context.Context) {
+	if n, ok := ctx.Value(sendsKey{}).(*atomic.Int32); ok {
+		n.Add(1)
+	}
+}
+
+// ResentRejection is the error for a write rejected after it was sent more than
+// once. "Already exists" or "not found" may answer the resend of a change an earlier,
+// unanswered attempt applied, so it is not a verdict on the change: it is transient,
+// and the caller lists the zone again and plans what is still missing. A change that
+// is really invalid is rejected again when sent once, and is permanent then.
+func ResentRejection(provider string, sends int32, err error) error {
+	return &Error{Provider: provider, Op: "ApplyChanges", Kind: Transient, Code: "resent",
+		Err: fmt.Errorf("rejected after %d sends, an earlier one may have been applied unanswered: %w", sends, err)}
 }

@@ -396,11 +396,15 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 	}
 	var q dns.RecordBatchParams
 	q.ZoneID.Value, q.ZoneID.Present = zone.ID, true
+	ctx, sends := providers.CountSends(ctx)
 	_, err = p.records.Batch(ctx, q, option.WithRequestBody("application/json", raw), option.WithResponseBodyInto(&res))
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
 		var apiErr *dns.Error
 		if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest {
+			if n := sends.Load(); n > 1 {
+				return nil, providers.ResentRejection(p.name, n, err)
+			}
 			return nil, &providers.RejectedError{Err: err}
 		}
 		return nil, err

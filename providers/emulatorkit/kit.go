@@ -24,8 +24,18 @@ type Faults struct {
 	// Forbidden answers the next N API requests with 403, as a provider does for
 	// credentials it refuses (a revoked token, an IAM policy being propagated).
 	Forbidden int `json:"forbidden"`
+	// ThrottleRate is the fraction (0-1) of API requests answered with 429
+	// (Cloudflare) or a Throttling error (Route53), as during a provider's
+	// rate-limit storm.
+	ThrottleRate float64 `json:"throttleRate"`
 	// RetryAfter is the Retry-After sent with injected 429s.
 	RetryAfter Duration `json:"retryAfter"`
+	// LoseAnswerRate is the fraction (0-1) of writes that are applied and then left
+	// without an answer: the connection closes, as when a load balancer drops it
+	// after the provider committed the change.
+	LoseAnswerRate float64 `json:"loseAnswerRate"`
+	// LoseAnswers loses the answers of the next N writes.
+	LoseAnswers int `json:"loseAnswers"`
 }
 
 // Duration is a time.Duration written as "1.5s" in JSON.
@@ -55,6 +65,8 @@ const (
 	InternalError
 	Throttled
 	Forbidden
+	// AnswerLost: serve the request with Unanswered.
+	AnswerLost
 )
 
 // Kit is embedded by each emulator.
@@ -143,8 +155,15 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 	case f.TooManyRequests > 0:
 		k.faults.TooManyRequests--
 		verdict = Throttled
+	case f.ThrottleRate > 0 && rand.Float64() < f.ThrottleRate:
+		verdict = Throttled
 	case f.ErrorRate > 0 && rand.Float64() < f.ErrorRate:
 		verdict = InternalError
+	case f.LoseAnswers > 0 && r.Method != http.MethodGet:
+		k.faults.LoseAnswers--
+		verdict = AnswerLost
+	case f.LoseAnswerRate > 0 && r.Method != http.MethodGet && rand.Float64() < f.LoseAnswerRate:
+		verdict = AnswerLost
 	}
 	k.mu.Unlock()
 	if f.Latency.Duration > 0 {
@@ -187,6 +206,20 @@ func (k *Kit) Admit(credential string, now time.Time) time.Duration {
 }
 
 type window struct{ times []time.Time }
+
+// Unanswered serves a request whose answer is lost: serve applies it, its answer is
+// discarded, and the connection is closed without a response.
+func Unanswered(serve func(http.ResponseWriter)) {
+	serve(discard{http.Header{}})
+	// net/http closes the connection without writing anything, and logs nothing.
+	panic(http.ErrAbortHandler)
+}
+
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header       { return d.h }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // ServeAdmin serves the admin endpoints every emulator shares under /__admin/:
 // GET/PUT faults, GET counters, DELETE counters.

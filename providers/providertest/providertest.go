@@ -50,6 +50,8 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 	t.Run("OneBadRecordInFiveHundred", func(t *testing.T) { testIsolation(t, newEnv(t)) })
 	t.Run("TooManyRequestsStorm", func(t *testing.T) { testStorm(t, newEnv(t)) })
 	t.Run("OutageIsTransient", func(t *testing.T) { testOutage(t, newEnv(t)) })
+	t.Run("AppliedChangeWithItsAnswerLost", func(t *testing.T) { testLostAnswer(t, newEnv(t), emulatorkit.Faults{LoseAnswers: 1}) })
+	t.Run("EveryAnswerLost", func(t *testing.T) { testLostAnswer(t, newEnv(t), emulatorkit.Faults{LoseAnswerRate: 1}) })
 	t.Run("WrongCredentialsArePermanent", func(t *testing.T) { testWrongCredentials(t, newEnv(t)) })
 }
 
@@ -302,6 +304,58 @@ func testOutage(t *testing.T, env *Env) {
 	if !errors.As(err, &pe) || pe.Provider == "" {
 		t.Errorf("error does not name its provider: %v", err)
 	}
+}
+
+// A provider commits a change and the answer never arrives (the connection drops):
+// the error must be transient, and applying again what a fresh list still needs must
+// converge to exactly the desired records: no duplicate from a create sent twice, no
+// failure for a delete of what is gone.
+func testLostAnswer(t *testing.T, env *Env, lost emulatorkit.Faults) {
+	z := zone(t, env)
+	before := []providers.Record{
+		{Name: "a.example.com", Type: providers.TypeA, TTL: 60, Values: []string{"192.0.2.1"}},
+		{Name: "gone.example.com", Type: providers.TypeTXT, TTL: 60, Values: []string{"v=1"}},
+	}
+	Converge(t, env.Provider, z, owner, before)
+	desired := []providers.Record{
+		{Name: "a.example.com", Type: providers.TypeA, TTL: 60, Values: []string{"192.0.2.2"}},
+		{Name: "b.example.com", Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}},
+		{Name: "c.example.com", Type: providers.TypeTXT, TTL: 60, Values: []string{"v=2"}},
+	}
+	ctx := context.Background()
+	current, err := env.Provider.ListRecords(ctx, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalised := make([]providers.Record, len(desired))
+	for i, d := range desired {
+		normalised[i] = env.Provider.Normalize(d)
+	}
+	plan := providers.MakePlan(current, normalised, owner)
+	env.SetFaults(lost)
+	res, err := env.Provider.ApplyChanges(ctx, z, plan.Changes)
+	env.SetFaults(emulatorkit.Faults{})
+	// The SDKs resend a write whose connection dropped; the resend finds the change
+	// applied ("already exists", "not found"). That is no verdict on the changes.
+	if err == nil || providers.IsPermanent(err) || len(res.Failed) > 0 {
+		t.Fatalf("a change whose answer was lost: want a transient error, got %v, failed %v", err, res.Failed)
+	}
+	// As a controller would: list again, plan what is still missing, apply.
+	for attempt := 0; ; attempt++ {
+		current, err := env.Provider.ListRecords(ctx, z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := providers.MakePlan(current, normalised, owner)
+		res, err := env.Provider.ApplyChanges(ctx, z, plan.Changes)
+		if err == nil && len(res.Failed) == 0 {
+			break
+		}
+		if attempt == 3 || providers.IsPermanent(err) {
+			t.Fatalf("applying again after the lost answer: %v, failed %v", err, res.Failed)
+		}
+	}
+	assertOwned(t, env.Provider, z, desired)
 }
 
 func testWrongCredentials(t *testing.T, env *Env) {

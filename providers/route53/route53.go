@@ -394,6 +394,7 @@ func registrySet(r providers.Record) *types.ResourceRecordSet {
 }
 
 func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.Change) error {
+	ctx, sends := providers.CountSends(ctx)
 	_, err := p.client.ChangeResourceRecordSets(ctx, &r53.ChangeResourceRecordSetsInput{
 		HostedZoneId: aws.String(zone.ID),
 		ChangeBatch:  &types.ChangeBatch{Changes: wire, Comment: aws.String("tenantroute-operator")},
@@ -403,6 +404,9 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.C
 		var invalid *types.InvalidChangeBatch
 		var input *types.InvalidInput
 		if errors.As(err, &invalid) || errors.As(err, &input) {
+			if n := sends.Load(); n > 1 {
+				return providers.ResentRejection(p.name, n, err)
+			}
 			return &providers.RejectedError{Err: err}
 		}
 		return err
@@ -431,7 +435,10 @@ func (p *Provider) classify(op string, err error) error {
 		if ae, ok := apiErr.(*types.InvalidChangeBatch); ok {
 			e.Err = fmt.Errorf("%w: %s", err, strings.Join(ae.Messages, "; "))
 		}
-	case errors.As(err, &respErr) && respErr.HTTPStatusCode() < 500:
+	// Status 0 is no answer at all (the request failed to send, or the connection
+	// dropped before a response): the change may even have been applied, and a list
+	// and a new plan settle it. Only a 4xx answer is permanent.
+	case errors.As(err, &respErr) && respErr.HTTPStatusCode() > 0 && respErr.HTTPStatusCode() < 500:
 		e.Code = fmt.Sprint(respErr.HTTPStatusCode())
 		e.Kind = providers.Permanent
 	default:

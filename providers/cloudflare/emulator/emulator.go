@@ -155,7 +155,8 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusTooManyRequests, 971, "Please wait and consider throttling your request speed"))
 		return
 	}
-	switch verdict, retryAfter := e.Inject(r); verdict {
+	verdict, retryAfter := e.Inject(r)
+	switch verdict {
 	case emulatorkit.Unavailable:
 		writeError(w, errorf(http.StatusServiceUnavailable, 10013, "Service unavailable"))
 		return
@@ -169,8 +170,13 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
 		writeError(w, errorf(http.StatusTooManyRequests, 971, "Please wait and consider throttling your request speed"))
 		return
+	case emulatorkit.AnswerLost:
+		emulatorkit.Unanswered(func(w http.ResponseWriter) { e.serveAPI(w, r, parts, path) })
 	}
+	e.serveAPI(w, r, parts, path)
+}
 
+func (e *Emulator) serveAPI(w http.ResponseWriter, r *http.Request, parts []string, path string) {
 	switch {
 	case len(parts) == 1 && parts[0] == "zones" && r.Method == http.MethodGet:
 		e.listZones(w, r)

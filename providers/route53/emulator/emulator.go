@@ -193,7 +193,8 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Throttling", "Rate exceeded")
 		return
 	}
-	switch verdict, _ := e.Inject(r); verdict {
+	verdict, _ := e.Inject(r)
+	switch verdict {
 	case emulatorkit.Unavailable:
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "Service is unavailable")
 		return
@@ -206,8 +207,14 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case emulatorkit.Throttled:
 		writeError(w, http.StatusBadRequest, "Throttling", "Rate exceeded")
 		return
+	case emulatorkit.AnswerLost:
+		emulatorkit.Unanswered(func(w http.ResponseWriter) { e.serveAPI(w, r, parts, body) })
 	}
+	e.serveAPI(w, r, parts, body)
+}
 
+func (e *Emulator) serveAPI(w http.ResponseWriter, r *http.Request, parts []string, body []byte) {
+	path := r.URL.Path
 	switch {
 	case len(parts) == 1 && parts[0] == "hostedzone" && r.Method == http.MethodGet:
 		e.listZones(w, r, "")
