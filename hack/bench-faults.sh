@@ -11,12 +11,21 @@
 #     record appears. A checker samples every 250 ms which tenant each moved hostname
 #     leads to in both providers and both proxies. PLANT=1 builds the manager with the
 #     planted fault (a contested grant used before it is saved), which it must report.
+#   RUNS=3 ROUTES=3000 MOVES=300 ETCD_DOWN=30s hack/bench-faults.sh apiserver
+#     The same pair and checker; the API server restarted twice during the first sync,
+#     then etcd stopped for ETCD_DOWN and the API server restarted while names move.
+#   RUNS=3 ROUTES=3000 MOVES=300 FAULT_FOR=10m hack/bench-faults.sh outage|throttle|lost
+#     A hand-over without fault, then one during which Route53 answers 503 (outage),
+#     Cloudflare 429 to 80% of calls (throttle, FAULT_FOR=5m in the issue) or both
+#     providers drop the answer to a third of the writes they apply (lost), for
+#     FAULT_FOR: recovery within 60 s of the end, with at most 10% more calls than the
+#     hand-over without fault took.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
 SCENARIO="${1:-sigkill}"
 RUNS="${RUNS:-3}" ROUTES="${ROUTES:-3000}" KILLS="${KILLS:-6}" SWEEP="${SWEEP:-false}"
-MOVES="${MOVES:-300}" ROUNDS="${ROUNDS:-3}"
+MOVES="${MOVES:-300}" ROUNDS="${ROUNDS:-3}" ETCD_DOWN="${ETCD_DOWN:-30s}" FAULT_FOR="${FAULT_FOR:-10m}"
 make -s envtest-assets
 echo "building the manager"
 go build ${PLANT:+-tags plantfault} -o bin/manager ./cmd
@@ -30,7 +39,13 @@ for run in $(seq 1 "${RUNS}"); do
     leader)
       echo "run ${run}/${RUNS}: ${ROUTES} routes, ${MOVES} hostnames moved in each of ${ROUNDS} rounds, the leader killed in each"
       go run ./hack/faults -scenario leader -manager bin/manager -routes "${ROUTES}" -moves "${MOVES}" -rounds "${ROUNDS}" || failed=$((failed + 1)) ;;
-    *) echo "unknown scenario ${SCENARIO} (sigkill, leader)" >&2; exit 2 ;;
+    apiserver)
+      echo "run ${run}/${RUNS}: ${ROUTES} routes, the API server restarted twice in the sync, etcd stopped for ${ETCD_DOWN}"
+      go run ./hack/faults -scenario apiserver -manager bin/manager -routes "${ROUTES}" -moves "${MOVES}" -rounds 2 -etcd-down "${ETCD_DOWN}" || failed=$((failed + 1)) ;;
+    outage|throttle|lost)
+      echo "run ${run}/${RUNS}: ${ROUTES} routes, ${MOVES} hostnames moved without fault, then during ${SCENARIO} for ${FAULT_FOR}"
+      go run ./hack/faults -scenario "${SCENARIO}" -manager bin/manager -routes "${ROUTES}" -moves "${MOVES}" -rounds 2 -fault-for "${FAULT_FOR}" || failed=$((failed + 1)) ;;
+    *) echo "unknown scenario ${SCENARIO} (sigkill, leader, apiserver, outage, throttle, lost)" >&2; exit 2 ;;
   esac
 done
 # The plantfault build must not stay in bin/.

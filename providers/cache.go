@@ -155,7 +155,10 @@ func (c *Cached) ApplyChanges(ctx context.Context, zone Zone, changes []Change) 
 	if !ok {
 		return res, err
 	}
-	if err != nil {
+	// A refusal (429, 503) applied nothing: what is cached still holds, with what the
+	// batches before it applied. Any other error may have left the zone in a state
+	// nobody saw; it is listed again.
+	if err != nil && !Refused(err) {
 		delete(c.zones, zone.ID)
 		return res, err
 	}

@@ -60,6 +60,16 @@ func TestCachedListsAZoneOncePerResync(t *testing.T) {
 		t.Fatalf("after writes: %v with %d list calls", recs, p.lists.Load())
 	}
 
+	// An apply the provider refused (429, 503) applied nothing: the zone is still
+	// known. After a 10-minute outage, listing every zone again before the first
+	// write would cost more calls than the writes.
+	p.fail = &Error{Provider: "p", Op: "ApplyChanges", Code: "503", Refused: true, Err: errors.New("service unavailable")}
+	_, _ = c.ApplyChanges(context.Background(), z, []Change{{Action: Create, New: &b}})
+	_, _ = c.ListRecords(context.Background(), z)
+	if n := p.lists.Load(); n != 1 {
+		t.Errorf("after a refused apply: %d list calls, want 1", n)
+	}
+
 	// An apply with an unknown outcome forgets the zone.
 	p.fail = errors.New("connection reset")
 	_, _ = c.ApplyChanges(context.Background(), z, []Change{{Action: Create, New: &b}})

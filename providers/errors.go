@@ -37,7 +37,10 @@ type Error struct {
 	Code string
 	// RetryAfter is how long the provider asked to wait, if it said.
 	RetryAfter time.Duration
-	Err        error
+	// Refused: the provider answered that it took none of the request (429, 503,
+	// throttling), so nothing of it was applied.
+	Refused bool
+	Err     error
 }
 
 func (e *Error) Error() string {
@@ -79,26 +82,45 @@ func IsNetwork(err error) bool {
 
 type sendsKey struct{}
 
-// CountSends returns a context whose HTTP requests count themselves in the returned
-// counter as a LimitedTransport sends them: SDKs resend a write whose connection
-// dropped, and the attempt that got no answer may have been applied.
-func CountSends(ctx context.Context) (context.Context, *atomic.Int32) {
-	n := &atomic.Int32{}
-	return context.WithValue(ctx, sendsKey{}, n), n
+// Sends counts the HTTP requests of one provider call that went unanswered: SDKs
+// resend a write whose connection dropped, and the attempt that got no answer may
+// have been applied.
+type Sends struct{ unanswered atomic.Int32 }
+
+// CountSends returns a context whose HTTP requests report to the returned Sends as a
+// LimitedTransport sends them.
+func CountSends(ctx context.Context) (context.Context, *Sends) {
+	s := &Sends{}
+	return context.WithValue(ctx, sendsKey{}, s), s
 }
 
-func countSend(ctx context.Context) {
-	if n, ok := ctx.Value(sendsKey{}).(*atomic.Int32); ok {
-		n.Add(1)
+func sendsOf(ctx context.Context) *Sends {
+	s, _ := ctx.Value(sendsKey{}).(*Sends)
+	return s
+}
+
+// Unanswered reports whether a request of the call got no answer at all.
+func (s *Sends) Unanswered() bool { return s.unanswered.Load() > 0 }
+
+// Unsure is the error of a write of which an attempt went unanswered, whatever the
+// last attempt got: "already exists" or "not found" may answer the resend of a change
+// the unanswered attempt applied, and a 503 no longer says nothing was applied. It is
+// transient and not Refused, so the zone is listed again and only what is still
+// missing planned; a change that is really invalid is rejected again when sent once,
+// and is permanent then.
+func Unsure(err error) error {
+	e := &Error{Kind: Transient, Code: "unanswered", Op: "ApplyChanges",
+		Err: fmt.Errorf("an attempt got no answer and may have been applied: %w", err)}
+	var pe *Error
+	if errors.As(err, &pe) {
+		e.Provider, e.Op = pe.Provider, pe.Op
 	}
+	return e
 }
 
-// ResentRejection is the error for a write rejected after it was sent more than
-// once. "Already exists" or "not found" may answer the resend of a change an earlier,
-// unanswered attempt applied, so it is not a verdict on the change: it is transient,
-// and the caller lists the zone again and plans what is still missing. A change that
-// is really invalid is rejected again when sent once, and is permanent then.
-func ResentRejection(provider string, sends int32, err error) error {
-	return &Error{Provider: provider, Op: "ApplyChanges", Kind: Transient, Code: "resent",
-		Err: fmt.Errorf("rejected after %d sends, an earlier one may have been applied unanswered: %w", sends, err)}
+// Refused reports whether the provider answered err's request saying it took none
+// of it (429, 503, throttling): what was known of the zone before still holds.
+func Refused(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Refused
 }

@@ -227,8 +227,10 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// Once the answer's headers are in (or the request failed), the provider has
 	// counted it; deferred, so that a panicking transport does not hold a slot forever.
 	defer slot.Done()
-	countSend(req.Context())
 	resp, err := t.Base.RoundTrip(req)
+	if s := sendsOf(req.Context()); s != nil && err != nil {
+		s.unanswered.Add(1)
+	}
 	if t.Observe != nil {
 		code := "network"
 		if err == nil {

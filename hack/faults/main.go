@@ -1,8 +1,12 @@
 // Command faults runs a scenario of internal/faults at a chosen scale and prints what
 // each run found (hack/bench-faults.sh):
 //
-//	-scenario sigkill: the manager killed while it creates and deletes routes
-//	-scenario leader:  two replicas, the leader killed while hostnames change tenant
+//	-scenario sigkill:   the manager killed while it creates and deletes routes
+//	-scenario leader:    two replicas, the leader killed while hostnames change tenant
+//	-scenario apiserver: the API server restarted during the sync, etcd stopped
+//	-scenario outage:    Route53 answering 503 while hostnames change tenant
+//	-scenario throttle:  Cloudflare answering 429 to 80% of calls
+//	-scenario lost:      both providers dropping the answers to a third of the writes
 package main
 
 import (
@@ -17,7 +21,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "sigkill", "sigkill or leader")
+	scenario := flag.String("scenario", "sigkill", "sigkill, leader, apiserver, outage, throttle or lost")
 	cfg := faults.Config{}
 	flag.StringVar(&cfg.Manager, "manager", "bin/manager", "the manager binary")
 	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created (sigkill: a third of them are then deleted)")
@@ -27,8 +31,10 @@ func main() {
 	flag.BoolVar(&cfg.Sweep, "sweep", false, "sigkill: run the clean run with the orphan sweep on")
 	flag.DurationVar(&cfg.Settle, "settle", 10*time.Minute, "bound of the clean run (leader: of each round)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "sigkill: seed of the kill moments (0: random)")
-	moves := flag.Int("moves", 300, "leader: hostnames that change tenant in each round")
-	rounds := flag.Int("rounds", 3, "leader: rounds of moves, the leader killed in each")
+	moves := flag.Int("moves", 300, "all but sigkill: hostnames that change tenant in each round")
+	rounds := flag.Int("rounds", 3, "all but sigkill: rounds of moves, a fault in each (outage, throttle, lost: the first without)")
+	faultFor := flag.Duration("fault-for", 10*time.Minute, "outage, throttle, lost: how long the provider fault lasts")
+	etcdDown := flag.Duration("etcd-down", 30*time.Second, "apiserver: how long etcd stays stopped")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
 	args := flag.String("manager-args", "", "more arguments for the manager, space-separated (e.g. --zap-log-level=debug)")
 	flag.Parse()
@@ -50,14 +56,12 @@ func main() {
 		var rep faults.Report
 		rep, err = faults.Run(context.Background(), cfg)
 		clean, report = rep.Clean(), rep
-	case "leader":
-		var rep faults.LeaderReport
-		rep, err = faults.RunLeader(context.Background(), faults.LeaderConfig{Manager: cfg.Manager, Routes: cfg.Routes,
-			Moves: *moves, Rounds: *rounds, KillWithin: 20 * time.Second, Route53Latency: time.Second,
+	default:
+		var rep faults.ScenarioReport
+		rep, err = faults.RunScenario(context.Background(), faults.ScenarioConfig{Scenario: *scenario, Manager: cfg.Manager, Routes: cfg.Routes,
+			Moves: *moves, Rounds: *rounds, KillWithin: 20 * time.Second, Route53Latency: time.Second, FaultFor: *faultFor, EtcdDown: *etcdDown,
 			Settle: cfg.Settle, ManagerArgs: cfg.ManagerArgs, Dir: cfg.Dir, Log: cfg.Log})
 		clean, report = rep.Clean(), rep
-	default:
-		err = fmt.Errorf("unknown scenario %q", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/internal/harness"
@@ -36,7 +38,7 @@ func figures(ctx context.Context, r *replica) ProcessFigures {
 	}
 	g, _ := scrape(ctx, r.metrics, "go_goroutines ")
 	h, _ := scrape(ctx, r.metrics, "go_memstats_heap_alloc_bytes ")
-	return ProcessFigures{Goroutines: int(g), HeapBytes: int64(h)}
+	return ProcessFigures{PID: r.PID(), Goroutines: int(g), HeapBytes: int64(h)}
 }
 
 // scrape returns the value of the first sample of a metrics endpoint whose line
@@ -66,10 +68,76 @@ func scrape(ctx context.Context, addr, prefix string) (float64, bool) {
 	return 0, false
 }
 
-// replica is one manager process of the pair, with its proxy and metrics ports.
+// replica is one manager process of the pair, with its proxy and metrics ports. It
+// is supervised as a kubelet would: whenever it exits it is started again, at once
+// after a kill the scenario made, after a growing back-off (1 s to 10 s) when it
+// exited by itself, as a manager does when it loses its lease.
 type replica struct {
 	*harness.Manager
 	proxy, metrics string
+	args           []string
+
+	mu     sync.Mutex
+	killed bool        // the running process is being killed on purpose
+	exits  []time.Time // exits nobody asked for
+}
+
+// supervise starts the replica and keeps it running until ctx ends.
+func (r *replica) supervise(ctx context.Context) error {
+	if err := r.Start(r.args...); err != nil {
+		return err
+	}
+	go func() {
+		backoff := time.Second
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Done():
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.mu.Lock()
+			asked := r.killed
+			r.killed = false
+			if !asked {
+				r.exits = append(r.exits, time.Now())
+			}
+			r.mu.Unlock()
+			if !asked {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 10*time.Second)
+			}
+			if err := r.Start(r.args...); err != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// kill sends sig and waits for the exit; the supervisor starts the replica again.
+func (r *replica) kill(sig syscall.Signal) {
+	r.mu.Lock()
+	r.killed = true
+	r.mu.Unlock()
+	r.Stop(sig)
+}
+
+// exitedBy returns the replica's own exits, as offsets from t.
+func (r *replica) exitedBy(t time.Time) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, len(r.exits))
+	for i, e := range r.exits {
+		out[i] = e.Sub(t)
+	}
+	return out
 }
 
 func freeAddr() string {

@@ -65,12 +65,16 @@ type World struct {
 	// CFUp and AWSUp switch the edges' health endpoints (both start up).
 	CFUp, AWSUp *atomic.Bool
 	servers     []*httptest.Server
+
+	mu        sync.Mutex
+	restarted map[string]*child // control-plane processes started again, by name
 }
 
 // Start brings up a world over the zones: both EdgeProviders serve every zone, with
 // the API's default health checks (2 s interval, 3 failures).
 func Start(ctx context.Context, dir string, zones []string) (*World, error) {
-	w := &World{Dir: dir, CFZones: map[string]string{}, R53Zones: map[string]string{}, CFUp: &atomic.Bool{}, AWSUp: &atomic.Bool{}}
+	w := &World{Dir: dir, CFZones: map[string]string{}, R53Zones: map[string]string{}, CFUp: &atomic.Bool{}, AWSUp: &atomic.Bool{},
+		restarted: map[string]*child{}}
 	w.CFUp.Store(true)
 	w.AWSUp.Store(true)
 	env, cfg, err := testenv.Start()
@@ -109,6 +113,7 @@ func (w *World) Stop() {
 	for _, s := range w.servers {
 		s.Close()
 	}
+	w.stopRestarted()
 	if w.Env != nil {
 		_ = w.Env.Stop()
 	}
@@ -269,6 +274,13 @@ func (m *Manager) Start(args ...string) error {
 	m.mu.Unlock()
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	return nil
+}
+
+// Done is closed when the manager last started exits (nil before a start).
+func (m *Manager) Done() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.done
 }
 
 // PID is the running manager's process id, 0 when none runs.

@@ -400,11 +400,11 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 	_, err = p.records.Batch(ctx, q, option.WithRequestBody("application/json", raw), option.WithResponseBodyInto(&res))
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
+		if sends.Unanswered() {
+			return nil, providers.Unsure(err)
+		}
 		var apiErr *dns.Error
 		if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest {
-			if n := sends.Load(); n > 1 {
-				return nil, providers.ResentRejection(p.name, n, err)
-			}
 			return nil, &providers.RejectedError{Err: err}
 		}
 		return nil, err
@@ -451,9 +451,12 @@ func (p *Provider) classify(op string, err error) error {
 		}
 		switch {
 		case apiErr.StatusCode == http.StatusTooManyRequests:
+			e.Refused = true
 			if apiErr.Response != nil {
 				e.RetryAfter = providers.ParseRetryAfter(apiErr.Response.Header)
 			}
+		case apiErr.StatusCode == http.StatusServiceUnavailable:
+			e.Refused = true
 		case apiErr.StatusCode >= 500, apiErr.StatusCode == http.StatusRequestTimeout, apiErr.StatusCode == http.StatusConflict:
 		default:
 			e.Kind = providers.Permanent

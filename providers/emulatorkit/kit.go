@@ -77,6 +77,8 @@ type Kit struct {
 	windows  map[string]*window
 	// throttled counts the requests the rate limit refused (also in counters).
 	throttled int
+	// injected counts the requests answered by an injected fault.
+	injected int
 
 	// Limit and Window are the real rate limit per credential; Limit 0 disables it.
 	Limit  int
@@ -132,6 +134,15 @@ func (k *Kit) ResetCounters() {
 	defer k.mu.Unlock()
 	k.counters = nil
 	k.throttled = 0
+	k.injected = 0
+}
+
+// Injected returns how many requests an injected fault answered since the counters
+// were reset.
+func (k *Kit) Injected() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.injected
 }
 
 // Throttled returns how many of the counted requests the rate limit refused.
@@ -164,6 +175,9 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 		verdict = AnswerLost
 	case f.LoseAnswerRate > 0 && r.Method != http.MethodGet && rand.Float64() < f.LoseAnswerRate:
 		verdict = AnswerLost
+	}
+	if verdict != Pass {
+		k.injected++
 	}
 	k.mu.Unlock()
 	if f.Latency.Duration > 0 {

@@ -401,12 +401,12 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.C
 	})
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
+		if sends.Unanswered() {
+			return providers.Unsure(err)
+		}
 		var invalid *types.InvalidChangeBatch
 		var input *types.InvalidInput
 		if errors.As(err, &invalid) || errors.As(err, &input) {
-			if n := sends.Load(); n > 1 {
-				return providers.ResentRejection(p.name, n, err)
-			}
 			return &providers.RejectedError{Err: err}
 		}
 		return err
@@ -425,7 +425,9 @@ func (p *Provider) classify(op string, err error) error {
 	case errors.As(err, &apiErr):
 		e.Code = apiErr.ErrorCode()
 		switch e.Code {
-		case "Throttling", "ThrottlingException", "PriorRequestNotComplete", "ServiceUnavailable", "InternalFailure", "RequestTimeout":
+		case "Throttling", "ThrottlingException", "PriorRequestNotComplete", "ServiceUnavailable":
+			e.Refused = true
+		case "InternalFailure", "RequestTimeout":
 		default:
 			if errors.As(err, &respErr) && respErr.HTTPStatusCode() >= 500 {
 				break
