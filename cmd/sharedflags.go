@@ -60,7 +60,7 @@ func (s *sharedFlags) kv() (*routes.KV, error) {
 	if s.kvSync > 0 && s.kvSync >= s.entryTTL {
 		return nil, fmt.Errorf("--redis-sync-interval (%s) must be shorter than --redis-entry-ttl (%s)", s.kvSync, s.entryTTL)
 	}
-	return &routes.KV{Client: client, Key: key, TTL: s.entryTTL, Rejected: proxy.ObserveKVRejected}, nil
+	return &routes.KV{Client: client, Key: key, TTL: s.entryTTL, Rejected: proxy.ObserveKVRejected, Clock: routes.NewServerClock(client)}, nil
 }
 
 // lookupToken reads the lookup endpoint's token.

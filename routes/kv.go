@@ -42,6 +42,69 @@ type KV struct {
 	TTL time.Duration
 	// Rejected, if set, is told why an entry was ignored: forged, expired, malformed.
 	Rejected func(reason string)
+	// Clock, if set, is the Redis server's: entries are given and judged their expiry
+	// by it, not by the writer's and the reader's own clocks, which may disagree.
+	Clock *ServerClock
+
+	wall func() time.Time // the local clock; tests make it jump
+}
+
+func (k KV) now(ctx context.Context) time.Time {
+	wall := time.Now
+	if k.wall != nil {
+		wall = k.wall
+	}
+	if k.Clock != nil {
+		return k.Clock.Now(ctx, wall)
+	}
+	return wall()
+}
+
+// ServerClock is the Redis server's clock as seen from this process. An entry's
+// expiry written by one process's clock and judged by another's made both depend on
+// their agreement: an operator whose clock stepped ten minutes back wrote entries
+// every proxy found expired. The server's TIME is read once a minute and advanced in
+// between by the monotonic clock, which a step of the wall clock does not move.
+type ServerClock struct {
+	client redis.Cmdable
+
+	mu      sync.Mutex
+	read    time.Time // when the server was last read, with its monotonic reading
+	server  time.Time // what it said
+	reading bool
+}
+
+// NewServerClock returns the clock of client's server.
+func NewServerClock(client redis.Cmdable) *ServerClock { return &ServerClock{client: client} }
+
+// serverClockRefresh is how often the server's clock is read again (for drift).
+const serverClockRefresh = time.Minute
+
+// Now returns the server's time. Until the server could be read it is wall's; one
+// caller at a time reads it again, the others use what was read before.
+func (c *ServerClock) Now(ctx context.Context, wall func() time.Time) time.Time {
+	c.mu.Lock()
+	read, server := c.read, c.server
+	stale := (read.IsZero() || time.Since(read) > serverClockRefresh) && !c.reading
+	if stale {
+		c.reading = true
+	}
+	c.mu.Unlock()
+	if stale {
+		t, err := c.client.Time(ctx).Result()
+		local := time.Now()
+		c.mu.Lock()
+		if err == nil {
+			c.read, c.server = local, t
+			read, server = local, t
+		}
+		c.reading = false
+		c.mu.Unlock()
+	}
+	if read.IsZero() {
+		return wall()
+	}
+	return server.Add(time.Since(read))
 }
 
 type entry struct {
@@ -69,7 +132,7 @@ func (k KV) Lookup(ctx context.Context, host string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	r, reason := k.open(host, b, time.Now())
+	r, reason := k.open(host, b, k.now(ctx))
 	if reason != "" {
 		if k.Rejected != nil {
 			k.Rejected(reason)
@@ -139,7 +202,7 @@ func (k KV) open(host, value string, now time.Time) (Route, string) {
 
 // Put writes the routes of hosts, each authenticated and expiring after TTL.
 func (k KV) Put(ctx context.Context, routes map[string]Route) error {
-	now := time.Now()
+	now := k.now(ctx)
 	pipe := k.Client.Pipeline()
 	for host, r := range routes {
 		v, err := k.seal(host, r, now)

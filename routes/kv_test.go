@@ -15,7 +15,7 @@ func testKV(t *testing.T) KV {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return KV{Client: client, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Minute}
+	return KV{Client: client, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Minute, Clock: NewServerClock(client)}
 }
 
 func TestExpiredEntriesAreIgnored(t *testing.T) {
@@ -65,5 +65,32 @@ func TestSyncLeavesExactlyTheGrantedRoutes(t *testing.T) {
 		if got, err := kv.Lookup(ctx, h); err != nil || got.Tenant != "acme" {
 			t.Errorf("%s: %+v %v", h, got, err)
 		}
+	}
+}
+
+// The operator's clock jumps ten minutes back (or a proxy's forward): entries it
+// writes must still be believed by the proxies, or every tenant behind them is a
+// miss until the clocks agree again. Expiry is judged by the KV server's clock.
+func TestEntriesOutliveAWriterClockJump(t *testing.T) {
+	reader := testKV(t)
+	writer := reader
+	writer.wall = func() time.Time { return time.Now().Add(-10 * time.Minute) }
+	var rejected []string
+	reader.Rejected = func(reason string) { rejected = append(rejected, reason) }
+	r := Route{Tenant: "acme", Region: "eu", Backends: []string{"http://eu:80"}}
+	if err := writer.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reader.Lookup(context.Background(), "acme.example.com"); err != nil || got.Tenant != "acme" {
+		t.Errorf("an entry written by a clock ten minutes behind: %v, %v (rejected %v)", got, err, rejected)
+	}
+	// And a clock ten minutes ahead does not make entries outlive their TTL.
+	writer.wall = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	if err := writer.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	sealed := reader.Client.Get(context.Background(), KeyPrefix+"acme.example.com").Val()
+	if _, reason := reader.open("acme.example.com", sealed, reader.now(context.Background()).Add(2*reader.TTL)); reason != "expired" {
+		t.Errorf("an entry read two TTLs after it was written by a clock ten minutes ahead: %q, want expired", reason)
 	}
 }
