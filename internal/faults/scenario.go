@@ -109,9 +109,10 @@ type ScenarioReport struct {
 	Exits []time.Duration
 	// Final is what the providers held at the end against what the routes want.
 	Final string
-	// Goroutines and heap of the replica that led at the end, after the routes were
-	// first Ready and at the end (from its metrics endpoint).
-	Before, After ProcessFigures
+	// Goroutines and heap of each replica once the routes were first Ready, and at
+	// the end (from its metrics endpoint); a replica that exited or was killed
+	// between is a new process (PID).
+	Before, After []ProcessFigures
 	// SecretInLogs names a log file holding a credential.
 	SecretInLogs string
 	ManagerLogs  string
@@ -170,9 +171,23 @@ func (r ScenarioReport) String() string {
 		calls = fmt.Sprintf("; calls of the faulted provider: %d for a hand-over, %d during the fault (%d answered by it), %d to recover (%.2fx)",
 			r.BaselineCalls, r.FaultCalls, r.Injected, r.RecoveryCalls, float64(r.RecoveryCalls)/float64(r.BaselineCalls))
 	}
-	return fmt.Sprintf("%s: %v; %d samples in %s (%d of %d proxy questions unanswered): split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; recovered after each fault in %v (timed out: %t)%s; replicas' own exits at %v from the last fault's end; final records: %s; goroutines %d -> %d, heap %d -> %d MiB (pid %d -> %d); secret in %q",
+	return fmt.Sprintf("%s: %v; %d samples in %s (%d of %d proxy questions unanswered): split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; recovered after each fault in %v (timed out: %t)%s; replicas' own exits at %v from the last fault's end; final records: %s; replicas' goroutines and heap, start -> end: %s; secret in %q",
 		r.Scenario, r.Faults, r.Samples, r.Duration.Round(time.Second), r.ProxyUnanswered, r.ProxyAsked, r.SplitDNS, r.SplitProxy, r.SplitDNSProxy, r.Unsaved, r.Examples, rec, r.TimedOut, calls,
-		exits, r.Final, r.Before.Goroutines, r.After.Goroutines, r.Before.HeapBytes>>20, r.After.HeapBytes>>20, r.Before.PID, r.After.PID, r.SecretInLogs)
+		exits, r.Final, r.growth(), r.SecretInLogs)
+}
+
+// growth describes each replica's goroutines and heap at the start and the end.
+func (r ScenarioReport) growth() string {
+	var out []string
+	for i := range min(len(r.Before), len(r.After)) {
+		b, a := r.Before[i], r.After[i]
+		same := "same process"
+		if a.PID != b.PID {
+			same = "restarted"
+		}
+		out = append(out, fmt.Sprintf("%c: %d -> %d, %d -> %d MiB (%s)", 'a'+i, b.Goroutines, a.Goroutines, b.HeapBytes>>20, a.HeapBytes>>20, same))
+	}
+	return strings.Join(out, "; ")
 }
 
 // run is one scenario's world, replicas and moved hostnames.
@@ -278,7 +293,9 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 		return rep, err
 	}
 	cfg.Log("%d routes ready, %d hostnames contested by two claimants each", cfg.Routes, cfg.Moves)
-	rep.Before = figures(ctx, leader(ctx, r.replicas))
+	for _, rp := range r.replicas {
+		rep.Before = append(rep.Before, figures(ctx, rp))
+	}
 
 	for i := range cfg.Rounds {
 		if cfg.Scenario == Outage || cfg.Scenario == Throttle || cfg.Scenario == LostAnswers {
@@ -305,7 +322,9 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	rep.Duration = time.Since(checkStart)
 	chk.client.CloseIdleConnections()
 	time.Sleep(2 * time.Second) // the proxies close their side
-	rep.After = figures(ctx, leader(ctx, r.replicas))
+	for _, rp := range r.replicas {
+		rep.After = append(rep.After, figures(ctx, rp))
+	}
 	final, err := exact(ctx, hw)
 	if err != nil {
 		return rep, err
