@@ -60,7 +60,11 @@ type Options struct {
 	// resync comes at a random point of the period's second half, so that the zones
 	// of an account, which start together, are not all listed at once.
 	Resync time.Duration
-	// MaxBackoff caps the wait after a failed flush.
+	// MaxBackoff caps the wait after a failed flush (default 30 s). It bounds how
+	// long after a provider's outage the queue notices it answers again: at two
+	// minutes, a 10-minute Route53 outage was over for up to two minutes before the
+	// records moved. Each try is one write (with the SDK's own retries), so the
+	// shorter cap costs a zone two tries a minute while its provider is down.
 	MaxBackoff time.Duration
 	// Log receives a line per flush at V(1), and one per orphan swept.
 	Log logr.Logger
@@ -87,7 +91,7 @@ func (o *Options) defaults() {
 		o.Resync = 5 * time.Minute
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 2 * time.Minute
+		o.MaxBackoff = 30 * time.Second
 	}
 }
 
