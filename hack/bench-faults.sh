@@ -6,9 +6,9 @@
 #     clean run keeps the orphan sweep off (SWEEP=true turns it on), so that a record a
 #     deletion left behind shows as an orphan rather than being swept.
 #   RUNS=3 ROUTES=3000 MOVES=300 ROUNDS=3 hack/bench-faults.sh leader
-#     Two replicas with leader election, each serving its embedded proxy; in each
-#     round MOVES hostnames change tenant and the leader is killed as the first new
-#     record appears. A checker samples every 250 ms which tenant each moved hostname
+#     Two replicas with leader election, each serving its embedded proxy; the leader
+#     is killed in the first sync and in a failover, then in each round MOVES
+#     hostnames change tenant and the leader is killed at a moment of the hand-over. A checker samples every 250 ms which tenant each moved hostname
 #     leads to in both providers and both proxies. PLANT=1 builds the manager with the
 #     planted fault (a contested grant used before it is saved), which it must report.
 #   RUNS=3 ROUTES=3000 MOVES=300 ETCD_DOWN=30s hack/bench-faults.sh apiserver

@@ -28,7 +28,9 @@ import (
 // which tenant each of those hostnames leads to, in both providers' records and in
 // both proxies.
 const (
-	// Leader: the leader is killed with SIGKILL at a moment of each hand-over.
+	// Leader: the leader is killed with SIGKILL in the first sync (a third of the
+	// records written), in a failover (a third of the records moved) and at a
+	// moment of each hand-over.
 	Leader = "leader"
 	// APIServer: the kube-apiserver is restarted twice during the initial sync; then,
 	// in turn, etcd is stopped for EtcdDown and the API server restarted while the
@@ -274,8 +276,13 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	if err := hw.CreateRoutes(ctx, names[cfg.Moves:], host); err != nil {
 		return rep, err
 	}
-	if cfg.Scenario == APIServer {
+	switch cfg.Scenario {
+	case APIServer:
 		if err := r.restartDuringSync(ctx); err != nil {
+			return rep, err
+		}
+	case Leader:
+		if err := r.killDuringSync(ctx); err != nil {
 			return rep, err
 		}
 	}
@@ -297,6 +304,11 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 		return rep, err
 	}
 	cfg.Log("%d routes ready, %d hostnames contested by two claimants each", cfg.Routes, cfg.Moves)
+	if cfg.Scenario == Leader {
+		if err := r.killDuringFailover(ctx); err != nil {
+			return rep, err
+		}
+	}
 	for _, rp := range r.replicas {
 		rep.Before = append(rep.Before, figures(ctx, rp))
 	}
@@ -373,24 +385,12 @@ func (r *run) killLeader(ctx context.Context, round int, previous map[string]str
 	r.hw.R53.SetFaults(emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: r.cfg.Route53Latency}})
 	moment := killMoments[round%len(killMoments)]
 	after := killMoment(ctx, r.hw, moment, r.moved, previous, r.cfg.KillWithin)
-	lead := leader(ctx, r.replicas)
-	if lead == nil {
-		return fmt.Errorf("round %d: no replica leads", round)
-	}
-	what := fmt.Sprintf("round %d: SIGKILL the leader (%s) %s after the hand-over (%s)", round, filepath.Base(lead.Dir), after.Round(time.Millisecond), moment)
-	r.cfg.Log("%s", what)
 	if after >= r.cfg.KillWithin {
 		r.cfg.Log("round %d: the moment did not come; %s", round, claimsOf(ctx, r.hw, r.moved[0]))
 	}
-	killed := time.Now()
-	lead.kill(syscall.SIGKILL)
+	// Route53 is prompt again from the kill on, as before the names moved.
 	r.hw.R53.SetFaults(emulatorkit.Faults{})
-	r.rep.Faults = append(r.rep.Faults, what)
-	// The next round starts under a leader: the killed one's lease runs out first.
-	if leader(ctx, r.replicas) == nil {
-		return fmt.Errorf("round %d: no replica leads after the kill", round)
-	}
-	return r.faultEnded(ctx, fmt.Sprintf("round %d kill", round), killed)
+	return r.killTheLeader(ctx, fmt.Sprintf("in round %d, %s after the hand-over (%s)", round, after.Round(time.Millisecond), moment))
 }
 
 // restartDuringSync restarts the API server when a third, and again when two thirds,
@@ -398,12 +398,8 @@ func (r *run) killLeader(ctx context.Context, round int, previous map[string]str
 func (r *run) restartDuringSync(ctx context.Context) error {
 	for _, share := range []int{1, 2} {
 		want := r.cfg.Routes * share / 3
-		start := time.Now()
-		for len(r.hw.CF.Records(r.hw.CFZones[zoneName])) < want {
-			if time.Since(start) > r.cfg.Settle {
-				return fmt.Errorf("the sync did not reach %d records in %s", want, r.cfg.Settle)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := r.waitUntil(ctx, fmt.Sprintf("%d records", want), func() bool { return r.cfRecords() >= want }); err != nil {
+			return err
 		}
 		began := time.Now()
 		if err := r.hw.RestartAPIServer(ctx, 0); err != nil {
@@ -415,6 +411,84 @@ func (r *run) restartDuringSync(ctx context.Context) error {
 		r.rep.lastFaultEnd = time.Now()
 	}
 	return r.faultEnded(ctx, "the API server's restarts during the sync", r.rep.lastFaultEnd)
+}
+
+// killDuringSync kills the leader when a third of the routes have their Cloudflare
+// records (Leader).
+func (r *run) killDuringSync(ctx context.Context) error {
+	want := r.cfg.Routes / 3
+	if err := r.waitUntil(ctx, fmt.Sprintf("%d records", want), func() bool { return r.cfRecords() >= want }); err != nil {
+		return err
+	}
+	// At make test's size one batch carries every record: the kill then lands between
+	// the providers, or before the statuses.
+	_, r53 := dnsOwners(r.hw)
+	return r.killTheLeader(ctx, fmt.Sprintf("in the first sync, at %d of %d routes' records in Cloudflare, %d in Route53", r.cfRecords(), r.cfg.Routes, len(r53)))
+}
+
+// killDuringFailover takes the Cloudflare edge's health endpoint down and kills the
+// leader when a third of the Cloudflare records point at the AWS edge; once every
+// record does, the edge comes back and the run waits for the failback (Leader).
+func (r *run) killDuringFailover(ctx context.Context) error {
+	r.hw.CFUp.Store(false)
+	total := r.cfRecords()
+	if err := r.waitUntil(ctx, "a third of the records failed over", func() bool { return r.onAWS() >= total/3 }); err != nil {
+		return err
+	}
+	if err := r.killTheLeader(ctx, fmt.Sprintf("in a failover, at %d of %d records on the AWS edge", r.onAWS(), total)); err != nil {
+		return err
+	}
+	if err := r.waitUntil(ctx, "every record failed over", func() bool { return r.onAWS() == r.cfRecords() }); err != nil {
+		return err
+	}
+	r.hw.CFUp.Store(true)
+	if err := r.waitUntil(ctx, "every record failed back", func() bool { return r.onAWS() == 0 }); err != nil {
+		return err
+	}
+	_, err := converge(ctx, r.hw, r.cfg.Settle, r.moved)
+	return err
+}
+
+// killTheLeader kills the replica that leads and waits for the world to converge
+// under its successor.
+func (r *run) killTheLeader(ctx context.Context, moment string) error {
+	lead := leader(ctx, r.replicas)
+	if lead == nil {
+		return fmt.Errorf("%s: no replica leads", moment)
+	}
+	what := fmt.Sprintf("SIGKILL the leader (%s) %s", filepath.Base(lead.Dir), moment)
+	r.cfg.Log("%s", what)
+	killed := time.Now()
+	lead.kill(syscall.SIGKILL)
+	r.rep.Faults = append(r.rep.Faults, what)
+	if leader(ctx, r.replicas) == nil {
+		return fmt.Errorf("%s: no replica leads after the kill", moment)
+	}
+	return r.faultEnded(ctx, what, killed)
+}
+
+// waitUntil polls cond until it holds, for up to Settle.
+func (r *run) waitUntil(ctx context.Context, what string, cond func() bool) error {
+	for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > r.cfg.Settle || ctx.Err() != nil {
+			r.rep.TimedOut = true
+			return fmt.Errorf("not %s in %s", what, r.cfg.Settle)
+		}
+	}
+	return nil
+}
+
+func (r *run) cfRecords() int { return len(r.hw.CF.Records(r.hw.CFZones[zoneName])) }
+
+// onAWS counts the Cloudflare records that point at the AWS edge.
+func (r *run) onAWS() int {
+	n := 0
+	for _, rec := range r.hw.CF.Records(r.hw.CFZones[zoneName]) {
+		if strings.TrimSuffix(rec.Content, ".") == harness.AWSEdgeTarget {
+			n++
+		}
+	}
+	return n
 }
 
 // controlPlaneFault stops etcd for EtcdDown, or restarts the API server, in turn, as
