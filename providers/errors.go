@@ -82,10 +82,10 @@ func IsNetwork(err error) bool {
 
 type sendsKey struct{}
 
-// Sends counts the HTTP requests of one provider call that went unanswered: SDKs
-// resend a write whose connection dropped, and the attempt that got no answer may
-// have been applied.
-type Sends struct{ unanswered atomic.Int32 }
+// Sends counts the HTTP requests of one provider call whose outcome is uncertain:
+// SDKs resend a write whose connection dropped, or that got a 500, and the attempt
+// may have been applied all the same.
+type Sends struct{ uncertain atomic.Int32 }
 
 // CountSends returns a context whose HTTP requests report to the returned Sends as a
 // LimitedTransport sends them.
@@ -99,18 +99,19 @@ func sendsOf(ctx context.Context) *Sends {
 	return s
 }
 
-// Unanswered reports whether a request of the call got no answer at all.
-func (s *Sends) Unanswered() bool { return s.unanswered.Load() > 0 }
+// Uncertain reports whether an attempt of the call got no answer, or a 5xx that
+// does not say the request was not taken.
+func (s *Sends) Uncertain() bool { return s.uncertain.Load() > 0 }
 
-// Unsure is the error of a write of which an attempt went unanswered, whatever the
-// last attempt got: "already exists" or "not found" may answer the resend of a change
+// Unsure is the error of a write of which an attempt's outcome is uncertain (no
+// answer, a 500), whatever the last attempt got: "already exists" or "not found" may answer the resend of a change
 // the unanswered attempt applied, and a 503 no longer says nothing was applied. It is
 // transient and not Refused, so the zone is listed again and only what is still
 // missing planned; a change that is really invalid is rejected again when sent once,
 // and is permanent then.
 func Unsure(err error) error {
-	e := &Error{Kind: Transient, Code: "unanswered", Op: "ApplyChanges",
-		Err: fmt.Errorf("an attempt got no answer and may have been applied: %w", err)}
+	e := &Error{Kind: Transient, Code: "uncertain", Op: "ApplyChanges",
+		Err: fmt.Errorf("an attempt got no answer, or a 5xx, and may have been applied: %w", err)}
 	var pe *Error
 	if errors.As(err, &pe) {
 		e.Provider, e.Op = pe.Provider, pe.Op

@@ -228,8 +228,10 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// counted it; deferred, so that a panicking transport does not hold a slot forever.
 	defer slot.Done()
 	resp, err := t.Base.RoundTrip(req)
-	if s := sendsOf(req.Context()); s != nil && err != nil {
-		s.unanswered.Add(1)
+	// No answer, or a 5xx other than 503 (which says the request was not taken),
+	// leaves open whether the provider applied it.
+	if s := sendsOf(req.Context()); s != nil && (err != nil || resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable) {
+		s.uncertain.Add(1)
 	}
 	if t.Observe != nil {
 		code := "network"

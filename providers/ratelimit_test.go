@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -231,5 +232,45 @@ func TestBackgroundRequestsWaitForOrdinaryOnesToPause(t *testing.T) {
 	}
 	if _, wait, freed := l.reserve(t0.Add(800*time.Millisecond), true); wait != 0 || freed != nil {
 		t.Fatalf("once ordinary requests paused, a background one still waits %v", wait)
+	}
+}
+
+// A write's attempts are uncertain when one got no answer or a 5xx other than 503:
+// the provider may have applied it, and a 429 or 503 on the retry does not say
+// otherwise. Answers that say the request was not taken (429, 503, 4xx) leave it
+// certain.
+func TestSendsMarksAttemptsThatMayHaveApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answers   []int // 0: no answer
+		uncertain bool
+	}{
+		{"503 then 429", []int{503, 429}, false},
+		{"a rejection", []int{400}, false},
+		{"500 then 503", []int{500, 503}, true},
+		{"502", []int{502}, true},
+		{"no answer, then 201", []int{0, 201}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := 0
+			tr := &LimitedTransport{Limiter: NewLimiter(0, time.Second), Base: RoundTripperFunc(func(*http.Request) (*http.Response, error) {
+				code := tc.answers[i]
+				i++
+				if code == 0 {
+					return nil, errors.New("connection reset by peer")
+				}
+				return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody}, nil
+			})}
+			ctx, sends := CountSends(context.Background())
+			for range tc.answers {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.invalid/", nil)
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+			if got := sends.Uncertain(); got != tc.uncertain {
+				t.Errorf("uncertain = %t, want %t", got, tc.uncertain)
+			}
+		})
 	}
 }

@@ -74,8 +74,18 @@ type ServerClock struct {
 	reading bool
 }
 
-// NewServerClock returns the clock of client's server.
-func NewServerClock(client redis.Cmdable) *ServerClock { return &ServerClock{client: client} }
+// NewServerClock returns the clock of client's server, read once (for up to 2 s)
+// so that the first lookups do not judge entries by the local clock; if the server
+// cannot be read yet, the next Now tries again.
+func NewServerClock(client redis.Cmdable) *ServerClock {
+	c := &ServerClock{client: client}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if t, err := client.Time(ctx).Result(); err == nil {
+		c.read, c.server = time.Now(), t
+	}
+	return c
+}
 
 // serverClockRefresh is how often the server's clock is read again (for drift).
 const serverClockRefresh = time.Minute

@@ -77,9 +77,9 @@ type replica struct {
 	proxy, metrics string
 	args           []string
 
-	mu     sync.Mutex
-	killed bool        // the running process is being killed on purpose
-	exits  []time.Time // exits nobody asked for
+	mu      sync.Mutex
+	killing <-chan struct{} // Done of the process being killed on purpose
+	exits   []time.Time     // exits nobody asked for
 }
 
 // supervise starts the replica and keeps it running until ctx ends.
@@ -90,17 +90,17 @@ func (r *replica) supervise(ctx context.Context) error {
 	go func() {
 		backoff := time.Second
 		for {
+			done := r.Done()
 			select {
 			case <-ctx.Done():
 				return
-			case <-r.Done():
+			case <-done:
 			}
 			if ctx.Err() != nil {
 				return
 			}
 			r.mu.Lock()
-			asked := r.killed
-			r.killed = false
+			asked := r.killing == done
 			if !asked {
 				r.exits = append(r.exits, time.Now())
 			}
@@ -124,7 +124,7 @@ func (r *replica) supervise(ctx context.Context) error {
 // kill sends sig and waits for the exit; the supervisor starts the replica again.
 func (r *replica) kill(sig syscall.Signal) {
 	r.mu.Lock()
-	r.killed = true
+	r.killing = r.Done()
 	r.mu.Unlock()
 	r.Stop(sig)
 }

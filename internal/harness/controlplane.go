@@ -68,8 +68,13 @@ func (w *World) restart(ctx context.Context, name string, down time.Duration, re
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	w.mu.Lock()
+	stopped := w.stopped
 	w.restarted[name] = &child{cmd: cmd, done: done}
 	w.mu.Unlock()
+	if stopped { // the World stopped while this one was down: it must not outlive it
+		w.stopRestarted()
+		return errors.New("the world stopped during the restart of " + name)
+	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := ready()
@@ -182,6 +187,7 @@ func findChild(name string) (int, []string, error) {
 func (w *World) stopRestarted() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopped = true
 	// The API server before etcd, as envtest does.
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		if c := w.restarted[name]; c != nil {

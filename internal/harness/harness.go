@@ -68,6 +68,7 @@ type World struct {
 
 	mu        sync.Mutex
 	restarted map[string]*child // control-plane processes started again, by name
+	stopped   bool
 }
 
 // Start brings up a world over the zones: both EdgeProviders serve every zone, with

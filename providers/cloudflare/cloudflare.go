@@ -400,7 +400,7 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 	_, err = p.records.Batch(ctx, q, option.WithRequestBody("application/json", raw), option.WithResponseBodyInto(&res))
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
-		if sends.Unanswered() {
+		if sends.Uncertain() {
 			return nil, providers.Unsure(err)
 		}
 		var apiErr *dns.Error

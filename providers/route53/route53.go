@@ -401,7 +401,7 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.C
 	})
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
-		if sends.Unanswered() {
+		if sends.Uncertain() {
 			return providers.Unsure(err)
 		}
 		var invalid *types.InvalidChangeBatch
