@@ -54,7 +54,7 @@ deps: ## Install missing system packages the tests need (redis-server), via apt-
 
 .PHONY: test
 test: deps envtest-assets test-tools verify-generated verify-fmt vet ## Run every test against a real API server, then the end-to-end run.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS_DIR) $(GO) test -count=1 ./...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS_DIR) $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) e2e
 
 ##@ Local run
