@@ -104,11 +104,11 @@ func sendsOf(ctx context.Context) *Sends {
 func (s *Sends) Uncertain() bool { return s.uncertain.Load() > 0 }
 
 // Unsure is the error of a write of which an attempt's outcome is uncertain (no
-// answer, a 500), whatever the last attempt got: "already exists" or "not found" may answer the resend of a change
-// the unanswered attempt applied, and a 503 no longer says nothing was applied. It is
-// transient and not Refused, so the zone is listed again and only what is still
-// missing planned; a change that is really invalid is rejected again when sent once,
-// and is permanent then.
+// answer, a 500), whatever the last attempt got: "already exists" or "not found" may
+// answer the resend of a change that attempt applied, and a 503 no longer says
+// nothing was applied. It is transient and not Refused, so the zone is listed again
+// and only what is still missing planned; a change that is really invalid is rejected
+// again when sent once, and is permanent then.
 func Unsure(err error) error {
 	e := &Error{Kind: Transient, Code: "uncertain", Op: "ApplyChanges",
 		Err: fmt.Errorf("an attempt got no answer, or a 5xx, and may have been applied: %w", err)}
