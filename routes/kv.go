@@ -65,14 +65,24 @@ func (k KV) now(ctx context.Context) time.Time {
 // their agreement: an operator whose clock stepped ten minutes back wrote entries
 // every proxy found expired. The server's TIME is read once a minute and advanced in
 // between by the monotonic clock, which a step of the wall clock does not move.
+//
+// The server is trusted only within MaxClockSkew of the local clock: a compromised
+// Redis, or a man in the middle of a connection without TLS, answering TIME from the
+// past would otherwise make every old sealed entry (a host's former tenant) current
+// again. Past the bound the local clock, moved by the bound, is used.
 type ServerClock struct {
 	client redis.Cmdable
 
 	mu      sync.Mutex
 	read    time.Time // when the server was last read, with its monotonic reading
-	server  time.Time // what it said
+	server  time.Time // what it said, within MaxClockSkew of the local clock then
 	reading bool
 }
+
+// MaxClockSkew bounds how far the Redis server's clock is believed when it disagrees
+// with the local one: more than the 10-minute steps a misconfigured NTP makes, and
+// so the longest an entry can outlive its expiry when the server lies about TIME.
+const MaxClockSkew = 15 * time.Minute
 
 // NewServerClock returns the clock of client's server, read once (for up to 2 s)
 // so that the first lookups do not judge entries by the local clock; if the server
@@ -82,9 +92,21 @@ func NewServerClock(client redis.Cmdable) *ServerClock {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if t, err := client.Time(ctx).Result(); err == nil {
-		c.read, c.server = time.Now(), t
+		c.read = time.Now()
+		c.server = clampSkew(t, c.read)
 	}
 	return c
+}
+
+// clampSkew returns server moved to within MaxClockSkew of local.
+func clampSkew(server, local time.Time) time.Time {
+	if lo := local.Add(-MaxClockSkew); server.Before(lo) {
+		return lo
+	}
+	if hi := local.Add(MaxClockSkew); server.After(hi) {
+		return hi
+	}
+	return server
 }
 
 // serverClockRefresh is how often the server's clock is read again (for drift).
@@ -105,8 +127,8 @@ func (c *ServerClock) Now(ctx context.Context, wall func() time.Time) time.Time 
 		local := time.Now()
 		c.mu.Lock()
 		if err == nil {
-			c.read, c.server = local, t
-			read, server = local, t
+			c.read, c.server = local, clampSkew(t, wall())
+			read, server = c.read, c.server
 		}
 		c.reading = false
 		c.mu.Unlock()

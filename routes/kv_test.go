@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
@@ -92,5 +94,51 @@ func TestEntriesOutliveAWriterClockJump(t *testing.T) {
 	sealed := reader.Client.Get(context.Background(), KeyPrefix+"acme.example.com").Val()
 	if _, reason := reader.open("acme.example.com", sealed, reader.now(context.Background()).Add(2*reader.TTL)); reason != "expired" {
 		t.Errorf("an entry read two TTLs after it was written by a clock ten minutes ahead: %q, want expired", reason)
+	}
+}
+
+// timeFromThePast is a Redis server (or a man in the middle) that answers TIME an
+// hour early and serves everything else as it is.
+type timeFromThePast struct{}
+
+func (timeFromThePast) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (timeFromThePast) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (timeFromThePast) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if t, ok := cmd.(*redis.TimeCmd); ok && err == nil {
+			t.SetVal(t.Val().Add(-time.Hour))
+		}
+		return err
+	}
+}
+
+func TestAServerAnsweringOldTimeCannotReviveExpiredEntries(t *testing.T) {
+	writer := testKV(t)
+	writer.Clock = nil
+	// Sealed half an hour ago with a one-minute TTL: long expired, though Redis
+	// still holds the key (it counts the TTL from the write).
+	writer.wall = func() time.Time { return time.Now().Add(-30 * time.Minute) }
+	r := Route{Tenant: "former", Region: "eu", Backends: []string{"http://eu:80"}}
+	if err := writer.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	writer.Client.AddHook(timeFromThePast{})
+	reader := writer
+	reader.wall = nil
+	reader.Clock = NewServerClock(reader.Client)
+	var rejected []string
+	reader.Rejected = func(reason string) { rejected = append(rejected, reason) }
+	if got, err := reader.Lookup(context.Background(), "acme.example.com"); err == nil {
+		t.Errorf("an entry expired 29 minutes ago was served as %q by a server whose TIME is an hour early", got.Tenant)
+	}
+	if len(rejected) != 1 || rejected[0] != "expired" {
+		t.Errorf("rejected %v, want [expired]", rejected)
+	}
+	// Beyond the bound the server is believed only as far as the bound.
+	if skew := reader.now(context.Background()).Sub(time.Now()); skew > -MaxClockSkew+time.Second || skew < -MaxClockSkew-time.Second {
+		t.Errorf("the clock an hour early is taken %v off, want -%v (the bound)", skew, MaxClockSkew)
 	}
 }
