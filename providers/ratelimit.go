@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -269,20 +270,33 @@ type RoundTripperFunc func(*http.Request) (*http.Response, error)
 // RoundTrip implements http.RoundTripper.
 func (f RoundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// ParseRetryAfter reads Retry-After-Ms or Retry-After (seconds or an HTTP date); 0 when absent.
+// MaxRetryAfter bounds the pause a Retry-After asks for: Cloudflare's own block after
+// its five-minute rate limit is exceeded lasts five minutes, and an answer asking for
+// more (a hostile one, or an HTTP date read by a clock behind the provider's) would
+// stop every write of the account for as long.
+const MaxRetryAfter = 5 * time.Minute
+
+// ParseRetryAfter reads Retry-After-Ms or Retry-After (seconds or an HTTP date), at
+// most MaxRetryAfter; 0 when absent or unreadable.
 func ParseRetryAfter(h http.Header) time.Duration {
+	seconds := func(s float64) time.Duration {
+		if !(s > 0) { // NaN too
+			return 0
+		}
+		return time.Duration(min(s, MaxRetryAfter.Seconds()) * float64(time.Second))
+	}
 	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {
-		return time.Duration(ms * float64(time.Millisecond))
+		return seconds(ms / 1000)
 	}
 	v := h.Get("Retry-After")
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Duration(s * float64(time.Second))
+	if s, err := strconv.ParseFloat(v, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		return seconds(s)
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return time.Until(at)
+		return min(time.Until(at), MaxRetryAfter)
 	}
 	return 0
 }
