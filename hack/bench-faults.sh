@@ -20,6 +20,12 @@
 #     providers drop the answer to a third of the writes they apply (lost), for
 #     FAULT_FOR: recovery within 60 s of the end, with at most 10% more calls than the
 #     hand-over without fault took.
+#   RUNS=3 ROUTES=3000 MOVES=300 ROUNDS=3 hack/bench-faults.sh clock
+#     The same pair, built with a wall clock the harness steps (bin/manager-clock,
+#     internal/faults/wallclock): the leader's clock steps ten minutes ahead in the
+#     failback hold-down, then as names move the leader's back and the other's ahead,
+#     the leader killed and the replica ahead taking over and stepping back, the
+#     leader's ahead.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
@@ -29,6 +35,9 @@ MOVES="${MOVES:-300}" ROUNDS="${ROUNDS:-3}" ETCD_DOWN="${ETCD_DOWN:-30s}" FAULT_
 make -s envtest-assets
 echo "building the manager"
 go build ${PLANT:+-tags plantfault} -o bin/manager ./cmd
+if [[ "${SCENARIO}" == clock ]]; then
+  go build -overlay "$(go run ./hack/faults -wall-clock-overlay bin/wallclock)" -o bin/manager-clock ./cmd
+fi
 export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-$(ls -d "${root}"/bin/k8s/*/ | tail -1)}"
 failed=0
 for run in $(seq 1 "${RUNS}"); do
@@ -45,7 +54,10 @@ for run in $(seq 1 "${RUNS}"); do
     outage|throttle|lost)
       echo "run ${run}/${RUNS}: ${ROUTES} routes, ${MOVES} hostnames moved without fault, then during ${SCENARIO} for ${FAULT_FOR}"
       go run ./hack/faults -scenario "${SCENARIO}" -manager bin/manager -routes "${ROUTES}" -moves "${MOVES}" -rounds 2 -fault-for "${FAULT_FOR}" || failed=$((failed + 1)) ;;
-    *) echo "unknown scenario ${SCENARIO} (sigkill, leader, apiserver, outage, throttle, lost)" >&2; exit 2 ;;
+    clock)
+      echo "run ${run}/${RUNS}: ${ROUTES} routes, ${MOVES} hostnames moved in each of ${ROUNDS} rounds, wall clocks stepped 10 minutes"
+      go run ./hack/faults -scenario clock -manager bin/manager-clock -routes "${ROUTES}" -moves "${MOVES}" -rounds "${ROUNDS}" || failed=$((failed + 1)) ;;
+    *) echo "unknown scenario ${SCENARIO} (sigkill, leader, apiserver, outage, throttle, lost, clock)" >&2; exit 2 ;;
   esac
 done
 # The plantfault build must not stay in bin/.

@@ -7,6 +7,8 @@
 //	-scenario outage:    Route53 answering 503 while hostnames change tenant
 //	-scenario throttle:  Cloudflare answering 429 to 80% of calls
 //	-scenario lost:      both providers dropping the answers to a third of the writes
+//	-scenario clock:     the replicas' wall clocks stepped ten minutes ahead and back
+//	                     (a manager built with -overlay from -wall-clock-overlay)
 package main
 
 import (
@@ -18,10 +20,12 @@ import (
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/internal/faults"
+	"github.com/tenantroute/tenantroute-operator/internal/faults/wallclock"
 )
 
 func main() {
-	scenario := flag.String("scenario", "sigkill", "sigkill, leader, apiserver, outage, throttle or lost")
+	scenario := flag.String("scenario", "sigkill", "sigkill, leader, apiserver, outage, throttle, lost or clock")
+	overlay := flag.String("wall-clock-overlay", "", "write go build's overlay for a manager whose wall clock the clock scenario steps into this directory, print its path and exit")
 	cfg := faults.Config{}
 	flag.StringVar(&cfg.Manager, "manager", "bin/manager", "the manager binary")
 	flag.IntVar(&cfg.Routes, "routes", 3000, "TenantRoutes created (sigkill: a third of them are then deleted)")
@@ -38,6 +42,15 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the manager's logs (default: a new temporary one)")
 	args := flag.String("manager-args", "", "more arguments for the manager, space-separated (e.g. --zap-log-level=debug)")
 	flag.Parse()
+	if *overlay != "" {
+		path, err := wallclock.Overlay(*overlay)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(path)
+		return
+	}
 	cfg.ManagerArgs = strings.Fields(*args)
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "faults-")

@@ -76,10 +76,13 @@ type replica struct {
 	*harness.Manager
 	proxy, metrics string
 	args           []string
+	// stepFile is where the replica's wall-clock step is written (Clock).
+	stepFile string
 
 	mu      sync.Mutex
 	killing <-chan struct{} // Done of the process being killed on purpose
 	exits   []time.Time     // exits nobody asked for
+	held    chan struct{}   // while not nil, a restart waits for it to close
 }
 
 // supervise starts the replica and keeps it running until ctx ends.
@@ -113,6 +116,16 @@ func (r *replica) supervise(ctx context.Context) error {
 				}
 				backoff = min(2*backoff, 10*time.Second)
 			}
+			r.mu.Lock()
+			held := r.held
+			r.mu.Unlock()
+			if held != nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-held:
+				}
+			}
 			if err := r.Start(r.args...); err != nil {
 				return
 			}
@@ -127,6 +140,20 @@ func (r *replica) kill(sig syscall.Signal) {
 	r.killing = r.Done()
 	r.mu.Unlock()
 	r.Stop(sig)
+}
+
+// holdRestarts keeps the replica down, once it exits, until release is called.
+func (r *replica) holdRestarts() (release func()) {
+	held := make(chan struct{})
+	r.mu.Lock()
+	r.held = held
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.held = nil
+		r.mu.Unlock()
+		close(held)
+	}
 }
 
 // exitedBy returns the replica's own exits, as offsets from t.

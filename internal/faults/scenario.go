@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/faults/wallclock"
 	"github.com/tenantroute/tenantroute-operator/internal/harness"
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
@@ -45,6 +47,13 @@ const (
 	// LostAnswers: as Outage, but both providers apply a third of the writes and
 	// drop their answer, for FaultFor.
 	LostAnswers = "lost"
+	// Clock: the replicas' wall clocks step clockStep ahead and back (their monotonic
+	// clocks run on, as under an NTP step): the leader's in a failback hold-down; in
+	// turn as the hostnames move, the leader's back and the other's ahead (a candidate
+	// ahead of the holder), the leader killed and the replica ahead taking over and
+	// stepping back, the leader's ahead. The manager must be built with the overlay of
+	// internal/faults/wallclock.
+	Clock = "clock"
 )
 
 // ScenarioConfig is a run of a scenario.
@@ -112,6 +121,13 @@ type ScenarioReport struct {
 	// the end of the last fault: a manager exits when it loses its lease, and must
 	// not exit again once the fault is over.
 	Exits []time.Duration
+	// TwoLeaders counts the seconds at which both replicas said they led; LeaseTaken
+	// the rounds (Clock) in which the lease changed hands while its holder lived.
+	TwoLeaders, LeaseTaken int
+	// Failback is how long the failback took from the edge's health coming back, a
+	// step of the leader's clock in its hold-down (Clock): never less than the
+	// hold-down.
+	Failback time.Duration
 	// Final is what the providers held at the end against what the routes want.
 	Final string
 	// Goroutines and heap of each replica once the routes were first Ready, and at
@@ -151,6 +167,14 @@ func (r ScenarioReport) Clean() bool {
 			return false
 		}
 	}
+	// A step of the wall clock is no reason for a replica to exit, nor to fail back
+	// before the hold-down.
+	if r.Scenario == Clock && (len(r.Exits) > 0 || r.Failback < harness.FailbackHoldDown) {
+		return false
+	}
+	if r.TwoLeaders > 0 || r.LeaseTaken > 0 {
+		return false
+	}
 	// A refusal (503, 429) applied nothing, so the recovery needs no more writes than
 	// the work left; after lost answers the zones must be listed again.
 	if (r.Scenario == Outage || r.Scenario == Throttle) && (r.BaselineCalls == 0 || (r.RecoveryCalls-r.RecoveryLists)*10 > (r.BaselineCalls-r.BaselineLists)*11) {
@@ -180,9 +204,12 @@ func (r ScenarioReport) String() string {
 			r.BaselineCalls, r.BaselineLists, r.FaultCalls, r.Injected, r.RecoveryCalls, r.RecoveryLists,
 			float64(r.RecoveryCalls-r.RecoveryLists)/float64(max(1, r.BaselineCalls-r.BaselineLists)))
 	}
-	return fmt.Sprintf("%s: %v; %d samples in %s (%d of %d proxy questions unanswered): split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; recovered after each fault in %v (timed out: %t)%s; replicas' own exits at %v from the last fault's end; final records: %s; replicas' goroutines and heap, start -> end: %s; secret in %q",
+	if r.Failback > 0 {
+		calls += fmt.Sprintf("; failed back %s after the edge was up (hold-down %s)", r.Failback.Round(100*time.Millisecond), harness.FailbackHoldDown)
+	}
+	return fmt.Sprintf("%s: %v; %d samples in %s (%d of %d proxy questions unanswered): split DNS %d, proxy %d, DNS/proxy %d, DNS by an unsaved grant %d %v; recovered after each fault in %v (timed out: %t)%s; replicas' own exits at %v from the last fault's end; seconds with two leaders %d, leases taken from a live holder %d; final records: %s; replicas' goroutines and heap, start -> end: %s; secret in %q",
 		r.Scenario, r.Faults, r.Samples, r.Duration.Round(time.Second), r.ProxyUnanswered, r.ProxyAsked, r.SplitDNS, r.SplitProxy, r.SplitDNSProxy, r.Unsaved, r.Examples, rec, r.TimedOut, calls,
-		exits, r.Final, r.growth(), r.SecretInLogs)
+		exits, r.TwoLeaders, r.LeaseTaken, r.Final, r.growth(), r.SecretInLogs)
 }
 
 // growth describes each replica's goroutines and heap at the start and the end.
@@ -207,6 +234,8 @@ type run struct {
 	moved    []string
 	rep      *ScenarioReport
 	provider *faulted // Outage, Throttle, LostAnswers
+
+	twoLeaders atomic.Int64
 }
 
 // RunScenario runs a scenario.
@@ -245,6 +274,10 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 		}
 		rp := &replica{Manager: &harness.Manager{Binary: cfg.Manager, Kubeconfig: hw.Kubeconfig, Dir: dir},
 			proxy: freeAddr(), metrics: freeAddr()}
+		if cfg.Scenario == Clock {
+			rp.stepFile = filepath.Join(dir, "wall-step")
+			rp.Env = []string{wallclock.EnvFile + "=" + rp.stepFile}
+		}
 		rp.args = append([]string{"--leader-elect", "--proxy-bind-address", rp.proxy, "--metrics-bind-address", rp.metrics,
 			"--metrics-secure=false"}, cfg.ManagerArgs...)
 		r.replicas[i] = rp
@@ -271,6 +304,7 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	checkStart := time.Now()
 	checked := make(chan struct{})
 	go func() { defer close(checked); chk.run(cctx, cfg.SampleEvery) }()
+	go r.watchLeaders(cctx)
 
 	host := func(n string) string { return n + "." + zoneName }
 	if err := createClaimants(ctx, hw, names[:cfg.Moves], host); err != nil {
@@ -307,8 +341,13 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 		return rep, err
 	}
 	cfg.Log("%d routes ready, %d hostnames contested by two claimants each", cfg.Routes, cfg.Moves)
-	if cfg.Scenario == Leader {
+	switch cfg.Scenario {
+	case Leader:
 		if err := r.killDuringFailover(ctx); err != nil {
+			return rep, err
+		}
+	case Clock:
+		if err := r.failbackAcrossAStep(ctx); err != nil {
 			return rep, err
 		}
 	}
@@ -338,6 +377,7 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	stopChecker()
 	<-checked
 	chk.result(&rep)
+	rep.TwoLeaders = int(r.twoLeaders.Load())
 	rep.Duration = time.Since(checkStart)
 	chk.client.CloseIdleConnections()
 	time.Sleep(2 * time.Second) // the proxies close their side
@@ -378,6 +418,7 @@ var rounds = map[string]func(r *run, ctx context.Context, round int, previous ma
 	Outage:      (*run).providerFault,
 	Throttle:    (*run).providerFault,
 	LostAnswers: (*run).providerFault,
+	Clock:       (*run).stepClocks,
 }
 
 // killLeader kills the leader at one of killMoments in turn.

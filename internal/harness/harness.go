@@ -41,6 +41,8 @@ const (
 	CloudflareEdge    = "cloudflare"
 	AWSEdge           = "aws"
 	AWSEdgeTarget     = "edge-aws.example.net"
+	// FailbackHoldDown is both edges' failback hold-down.
+	FailbackHoldDown = 30 * time.Second
 
 	cfToken = "harness-token"
 	awsKey  = "AKIAHARNESS"
@@ -147,7 +149,7 @@ func (w *World) setUp(ctx context.Context, zones []string) error {
 	check := func(url string) v1.HealthCheck {
 		return v1.HealthCheck{URL: url, Interval: metav1.Duration{Duration: 2 * time.Second},
 			Timeout: metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 2,
-			FailbackHoldDown: metav1.Duration{Duration: 30 * time.Second}}
+			FailbackHoldDown: metav1.Duration{Duration: FailbackHoldDown}}
 	}
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}},
@@ -244,6 +246,8 @@ func Parallel(names []string, f func(string) error) error {
 // logging to its own file in Dir.
 type Manager struct {
 	Binary, Kubeconfig, Dir string
+	// Env is added to the process's environment.
+	Env []string
 
 	runs int
 	mu   sync.Mutex
@@ -263,7 +267,7 @@ func (m *Manager) Start(args ...string) error {
 		"--health-probe-bind-address", "127.0.0.1:0", "--proxy-bind-address", "0", "--lookup-bind-address", "0",
 		"--dns-resolver", "")
 	cmd.Args = append(cmd.Args, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+m.Kubeconfig), m.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
