@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -231,8 +232,15 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := t.Base.RoundTrip(req)
 	// No answer, or a 5xx other than 503 (which says the request was not taken),
 	// leaves open whether the provider applied it.
-	if s := sendsOf(req.Context()); s != nil && (err != nil || resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable) {
-		s.uncertain.Add(1)
+	if s := sendsOf(req.Context()); s != nil {
+		switch {
+		case err != nil || resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
+			s.uncertain.Add(1)
+		case resp.StatusCode < 400:
+			// Applied, but an answer cut short fails the SDK as no answer would, and it
+			// sends the change again.
+			resp.Body = &watchedBody{ReadCloser: resp.Body, sends: s}
+		}
 	}
 	if t.Observe != nil {
 		code := "network"
@@ -245,6 +253,20 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.Limiter.Pause(ParseRetryAfter(resp.Header))
 	}
 	return resp, err
+}
+
+// watchedBody marks its Sends uncertain when the answer cannot be read to its end.
+type watchedBody struct {
+	io.ReadCloser
+	sends *Sends
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.sends.uncertain.Add(1)
+	}
+	return n, err
 }
 
 type operationKey struct{}

@@ -3,11 +3,14 @@ package providers
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
@@ -249,7 +252,7 @@ func TestBackgroundRequestsWaitForOrdinaryOnesToPause(t *testing.T) {
 func TestSendsMarksAttemptsThatMayHaveApplied(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		answers   []int // 0: no answer
+		answers   []int // 0: no answer; negative: that status, its body cut short
 		uncertain bool
 	}{
 		{"503 then 429", []int{503, 429}, false},
@@ -257,6 +260,9 @@ func TestSendsMarksAttemptsThatMayHaveApplied(t *testing.T) {
 		{"500 then 503", []int{500, 503}, true},
 		{"502", []int{502}, true},
 		{"no answer, then 201", []int{0, 201}, true},
+		// The status says applied; the SDK, failing to read the answer, sends it again.
+		{"201 with its body cut", []int{-201}, true},
+		{"400 with its body cut", []int{-400}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := 0
@@ -266,12 +272,17 @@ func TestSendsMarksAttemptsThatMayHaveApplied(t *testing.T) {
 				if code == 0 {
 					return nil, errors.New("connection reset by peer")
 				}
+				if code < 0 {
+					cut := io.MultiReader(strings.NewReader(`{"result":`), iotest.ErrReader(errors.New("connection reset by peer")))
+					return &http.Response{StatusCode: -code, Header: http.Header{}, Body: io.NopCloser(cut)}, nil
+				}
 				return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody}, nil
 			})}
 			ctx, sends := CountSends(context.Background())
 			for range tc.answers {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.invalid/", nil)
 				if resp, err := tr.RoundTrip(req); err == nil {
+					_, _ = io.ReadAll(resp.Body)
 					resp.Body.Close()
 				}
 			}

@@ -4,8 +4,11 @@ package emulatorkit
 
 import (
 	"encoding/json"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -36,6 +39,9 @@ type Faults struct {
 	LoseAnswerRate float64 `json:"loseAnswerRate"`
 	// LoseAnswers loses the answers of the next N writes.
 	LoseAnswers int `json:"loseAnswers"`
+	// CutAnswers applies the next N writes and cuts their answer short: the status
+	// and headers arrive, then half the body, then the connection closes.
+	CutAnswers int `json:"cutAnswers"`
 }
 
 // Duration is a time.Duration written as "1.5s" in JSON.
@@ -67,6 +73,8 @@ const (
 	Forbidden
 	// AnswerLost: serve the request with Unanswered.
 	AnswerLost
+	// AnswerCut: serve the request with CutShort.
+	AnswerCut
 )
 
 // Kit is embedded by each emulator.
@@ -170,6 +178,9 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 		verdict = Throttled
 	case f.ErrorRate > 0 && rand.Float64() < f.ErrorRate:
 		verdict = InternalError
+	case f.CutAnswers > 0 && r.Method != http.MethodGet:
+		k.faults.CutAnswers--
+		verdict = AnswerCut
 	case f.LoseAnswers > 0 && r.Method != http.MethodGet:
 		k.faults.LoseAnswers--
 		verdict = AnswerLost
@@ -226,6 +237,23 @@ type window struct{ times []time.Time }
 func Unanswered(serve func(http.ResponseWriter)) {
 	serve(discard{http.Header{}})
 	// net/http closes the connection without writing anything, and logs nothing.
+	panic(http.ErrAbortHandler)
+}
+
+// CutShort serves a request whose answer is cut short: serve applies it, its status
+// and headers (with the whole body's length) are sent with half the body, and the
+// connection is closed.
+func CutShort(w http.ResponseWriter, serve func(http.ResponseWriter)) {
+	rec := httptest.NewRecorder()
+	serve(rec)
+	body := rec.Body.Bytes()
+	maps.Copy(w.Header(), rec.Header())
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body[:len(body)/2])
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	panic(http.ErrAbortHandler)
 }
 

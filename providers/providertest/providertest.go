@@ -51,6 +51,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 	t.Run("TooManyRequestsStorm", func(t *testing.T) { testStorm(t, newEnv(t)) })
 	t.Run("OutageIsTransient", func(t *testing.T) { testOutage(t, newEnv(t)) })
 	t.Run("AppliedChangeWithItsAnswerLost", func(t *testing.T) { testLostAnswer(t, newEnv(t), emulatorkit.Faults{LoseAnswers: 1}) })
+	t.Run("AppliedChangeWithItsAnswerCut", func(t *testing.T) { testLostAnswer(t, newEnv(t), emulatorkit.Faults{CutAnswers: 1}) })
 	t.Run("EveryAnswerLost", func(t *testing.T) { testLostAnswer(t, newEnv(t), emulatorkit.Faults{LoseAnswerRate: 1}) })
 	t.Run("WrongCredentialsArePermanent", func(t *testing.T) { testWrongCredentials(t, newEnv(t)) })
 }

@@ -172,6 +172,8 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case emulatorkit.AnswerLost:
 		emulatorkit.Unanswered(func(w http.ResponseWriter) { e.serveAPI(w, r, parts, path) })
+	case emulatorkit.AnswerCut:
+		emulatorkit.CutShort(w, func(w http.ResponseWriter) { e.serveAPI(w, r, parts, path) })
 	}
 	e.serveAPI(w, r, parts, path)
 }

@@ -209,6 +209,8 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case emulatorkit.AnswerLost:
 		emulatorkit.Unanswered(func(w http.ResponseWriter) { e.serveAPI(w, r, parts, body) })
+	case emulatorkit.AnswerCut:
+		emulatorkit.CutShort(w, func(w http.ResponseWriter) { e.serveAPI(w, r, parts, body) })
 	}
 	e.serveAPI(w, r, parts, body)
 }
