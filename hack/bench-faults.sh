@@ -36,7 +36,8 @@ make -s envtest-assets
 echo "building the manager"
 go build ${PLANT:+-tags plantfault} -o bin/manager ./cmd
 if [[ "${SCENARIO}" == clock ]]; then
-  go build -overlay "$(go run ./hack/faults -wall-clock-overlay bin/wallclock)" -o bin/manager-clock ./cmd
+  overlay="$(go run ./hack/faults -wall-clock-overlay bin/wallclock)"
+  go build -overlay "${overlay}" -o bin/manager-clock ./cmd
 fi
 export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-$(ls -d "${root}"/bin/k8s/*/ | tail -1)}"
 failed=0

@@ -237,8 +237,9 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		case err != nil || resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
 			s.uncertain.Add(1)
 		case resp.StatusCode < 400:
-			// Applied, but an answer cut short fails the SDK as no answer would, and it
-			// sends the change again.
+			// Perhaps applied, but an answer cut short fails the call as no answer
+			// would (Route53's SDK calls it a failure to decode, which reads as a
+			// rejection): the call is uncertain.
 			resp.Body = &watchedBody{ReadCloser: resp.Body, sends: s}
 		}
 	}
@@ -307,7 +308,7 @@ func ParseRetryAfter(h http.Header) time.Duration {
 		}
 		return time.Duration(min(s, MaxRetryAfter.Seconds()) * float64(time.Second))
 	}
-	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); (err == nil || errors.Is(err, strconv.ErrRange)) && ms > 0 {
 		return seconds(ms / 1000)
 	}
 	v := h.Get("Retry-After")
@@ -318,7 +319,7 @@ func ParseRetryAfter(h http.Header) time.Duration {
 		return seconds(s)
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return min(time.Until(at), MaxRetryAfter)
+		return min(max(time.Until(at), 0), MaxRetryAfter)
 	}
 	return 0
 }

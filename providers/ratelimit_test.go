@@ -167,11 +167,13 @@ func TestParseRetryAfter(t *testing.T) {
 		"garbage":      {http.Header{"Retry-After": {"soon"}}, 0},
 		// A provider (or a hostile answer) cannot stop the account for a day, nor can a
 		// date read by a clock ten minutes behind the provider's add ten minutes.
-		"a day":        {http.Header{"Retry-After": {"86400"}}, MaxRetryAfter},
-		"a day in ms":  {http.Header{"Retry-After-Ms": {"86400000"}}, MaxRetryAfter},
-		"a date ahead": {http.Header{"Retry-After": {time.Now().Add(20 * time.Minute).UTC().Format(http.TimeFormat)}}, MaxRetryAfter},
-		"infinite":     {http.Header{"Retry-After": {"1e400"}}, MaxRetryAfter},
-		"not a number": {http.Header{"Retry-After": {"NaN"}}, 0},
+		"a day":          {http.Header{"Retry-After": {"86400"}}, MaxRetryAfter},
+		"a day in ms":    {http.Header{"Retry-After-Ms": {"86400000"}}, MaxRetryAfter},
+		"a date ahead":   {http.Header{"Retry-After": {time.Now().Add(20 * time.Minute).UTC().Format(http.TimeFormat)}}, MaxRetryAfter},
+		"infinite":       {http.Header{"Retry-After": {"1e400"}}, MaxRetryAfter},
+		"infinite in ms": {http.Header{"Retry-After-Ms": {"1e400"}}, MaxRetryAfter},
+		"a date past":    {http.Header{"Retry-After": {time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)}}, 0},
+		"not a number":   {http.Header{"Retry-After": {"NaN"}}, 0},
 	}
 	for name, c := range cases {
 		if got := ParseRetryAfter(c.header); got != c.want {

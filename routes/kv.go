@@ -69,7 +69,10 @@ func (k KV) now(ctx context.Context) time.Time {
 // The server is trusted only within MaxClockSkew of the local clock: a compromised
 // Redis, or a man in the middle of a connection without TLS, answering TIME from the
 // past would otherwise make every old sealed entry (a host's former tenant) current
-// again. Past the bound the local clock, moved by the bound, is used.
+// again. Past the bound the local clock, moved by the bound, is used: a lying server
+// can extend an entry by twice the bound at most (sealed by a writer it told the time
+// ahead, judged by a reader it told the time behind), and a local clock stepped by
+// more than the bound is judged by itself again, as before the server's clock was used.
 type ServerClock struct {
 	client redis.Cmdable
 
@@ -80,8 +83,7 @@ type ServerClock struct {
 }
 
 // MaxClockSkew bounds how far the Redis server's clock is believed when it disagrees
-// with the local one: more than the 10-minute steps a misconfigured NTP makes, and
-// so the longest an entry can outlive its expiry when the server lies about TIME.
+// with the local one: more than the 10-minute steps a misconfigured NTP makes.
 const MaxClockSkew = 15 * time.Minute
 
 // NewServerClock returns the clock of client's server, read once (for up to 2 s)

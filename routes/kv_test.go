@@ -142,3 +142,21 @@ func TestAServerAnsweringOldTimeCannotReviveExpiredEntries(t *testing.T) {
 		t.Errorf("the clock an hour early is taken %v off, want -%v (the bound)", skew, MaxClockSkew)
 	}
 }
+
+// The bound holds when the server's clock is read again (once a minute), not only at
+// the first read.
+func TestARefreshOfTheServerClockIsBoundedToo(t *testing.T) {
+	kv := testKV(t)
+	clock := NewServerClock(kv.Client)
+	if skew := clock.Now(context.Background(), time.Now).Sub(time.Now()); skew.Abs() > time.Second {
+		t.Fatalf("an honest server's clock is taken %v off", skew)
+	}
+	kv.Client.AddHook(timeFromThePast{})
+	clock.mu.Lock()
+	clock.read = clock.read.Add(-2 * serverClockRefresh) // due for a refresh
+	clock.mu.Unlock()
+	skew := clock.Now(context.Background(), time.Now).Sub(time.Now())
+	if skew > -MaxClockSkew+time.Second || skew < -MaxClockSkew-time.Second {
+		t.Errorf("read again from a server an hour early, the clock is taken %v off, want -%v (the bound)", skew, MaxClockSkew)
+	}
+}

@@ -132,10 +132,7 @@ func (r *run) stepClocks(ctx context.Context, round int, previous map[string]str
 	case 1:
 		// The killed replica stays down until the one ahead has taken over: started
 		// again at once, it could win the lease first.
-		release := lead.holdRestarts()
-		err := r.killTheLeader(ctx, in)
-		release()
-		if err != nil {
+		if err := r.killReplica(ctx, lead, in, true); err != nil {
 			return err
 		}
 		if now := leader(ctx, r.replicas); now != other {

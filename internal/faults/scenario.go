@@ -304,7 +304,8 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	checkStart := time.Now()
 	checked := make(chan struct{})
 	go func() { defer close(checked); chk.run(cctx, cfg.SampleEvery) }()
-	go r.watchLeaders(cctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); r.watchLeaders(cctx) }()
 
 	host := func(n string) string { return n + "." + zoneName }
 	if err := createClaimants(ctx, hw, names[:cfg.Moves], host); err != nil {
@@ -377,6 +378,7 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (ScenarioReport, error
 	stopChecker()
 	<-checked
 	chk.result(&rep)
+	<-watched
 	rep.TwoLeaders = int(r.twoLeaders.Load())
 	rep.Duration = time.Since(checkStart)
 	chk.client.CloseIdleConnections()
@@ -500,12 +502,24 @@ func (r *run) killTheLeader(ctx context.Context, moment string) error {
 	if lead == nil {
 		return fmt.Errorf("%s: no replica leads", moment)
 	}
-	what := fmt.Sprintf("SIGKILL the leader (%s) %s", filepath.Base(lead.Dir), moment)
+	return r.killReplica(ctx, lead, moment, false)
+}
+
+// killReplica kills the leader rp and waits for the world to converge under its successor;
+// held keeps rp down until the successor leads.
+func (r *run) killReplica(ctx context.Context, rp *replica, moment string, held bool) error {
+	what := fmt.Sprintf("SIGKILL the leader (%s) %s", filepath.Base(rp.Dir), moment)
 	r.cfg.Log("%s", what)
+	release := func() {}
+	if held {
+		release = rp.holdRestarts()
+	}
 	killed := time.Now()
-	lead.kill(syscall.SIGKILL)
+	rp.kill(syscall.SIGKILL)
 	r.rep.Faults = append(r.rep.Faults, what)
-	if leader(ctx, r.replicas) == nil {
+	successor := leader(ctx, r.replicas)
+	release()
+	if successor == nil {
 		return fmt.Errorf("%s: no replica leads after the kill", moment)
 	}
 	return r.faultEnded(ctx, what, killed)
