@@ -79,6 +79,7 @@ type ServerClock struct {
 	mu      sync.Mutex
 	read    time.Time // when the server was last read, with its monotonic reading
 	server  time.Time // what it said, within MaxClockSkew of the local clock then
+	tried   time.Time // when it was last asked
 	reading bool
 }
 
@@ -90,7 +91,7 @@ const MaxClockSkew = 15 * time.Minute
 // so that the first lookups do not judge entries by the local clock; if the server
 // cannot be read yet, the next Now tries again.
 func NewServerClock(client redis.Cmdable) *ServerClock {
-	c := &ServerClock{client: client}
+	c := &ServerClock{client: client, tried: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if t, err := client.Time(ctx).Result(); err == nil {
@@ -111,17 +112,23 @@ func clampSkew(server, local time.Time) time.Time {
 	return server
 }
 
-// serverClockRefresh is how often the server's clock is read again (for drift).
-const serverClockRefresh = time.Minute
+// serverClockRefresh is how often the server's clock is read again (for drift), and
+// serverClockRetry how soon after a failed read: a server that refuses TIME (an ACL)
+// or is down is not asked on every lookup, each a round trip more.
+const (
+	serverClockRefresh = time.Minute
+	serverClockRetry   = 10 * time.Second
+)
 
 // Now returns the server's time. Until the server could be read it is wall's; one
-// caller at a time reads it again, the others use what was read before.
+// caller at a time reads it again, the others use what was read before. A server
+// that cannot be read leaves the clock as it was (wall's, or the last reading).
 func (c *ServerClock) Now(ctx context.Context, wall func() time.Time) time.Time {
 	c.mu.Lock()
 	read, server := c.read, c.server
-	stale := (read.IsZero() || time.Since(read) > serverClockRefresh) && !c.reading
+	stale := (read.IsZero() || time.Since(read) > serverClockRefresh) && time.Since(c.tried) > serverClockRetry && !c.reading
 	if stale {
-		c.reading = true
+		c.reading, c.tried = true, time.Now()
 	}
 	c.mu.Unlock()
 	if stale {

@@ -2,6 +2,8 @@ package routes
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,9 +156,50 @@ func TestARefreshOfTheServerClockIsBoundedToo(t *testing.T) {
 	kv.Client.AddHook(timeFromThePast{})
 	clock.mu.Lock()
 	clock.read = clock.read.Add(-2 * serverClockRefresh) // due for a refresh
+	clock.tried = clock.read
 	clock.mu.Unlock()
 	skew := clock.Now(context.Background(), time.Now).Sub(time.Now())
 	if skew > -MaxClockSkew+time.Second || skew < -MaxClockSkew-time.Second {
 		t.Errorf("read again from a server an hour early, the clock is taken %v off, want -%v (the bound)", skew, MaxClockSkew)
+	}
+}
+
+// timeRefused is a Redis whose ACL refuses TIME; it counts the attempts.
+type timeRefused struct{ asked *atomic.Int32 }
+
+func (timeRefused) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (timeRefused) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h timeRefused) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if _, ok := cmd.(*redis.TimeCmd); ok {
+			h.asked.Add(1)
+			err := errors.New("NOPERM User has no permissions to run the 'time' command")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A server that refuses TIME leaves the local clock in use, and is not asked again on
+// every lookup (each would cost a round trip more).
+func TestAServerRefusingTimeIsNotAskedOnEveryLookup(t *testing.T) {
+	kv := testKV(t)
+	var asked atomic.Int32
+	kv.Client.AddHook(timeRefused{&asked})
+	kv.Clock = NewServerClock(kv.Client)
+	r := Route{Tenant: "acme", Region: "eu", Backends: []string{"http://eu:80"}}
+	if err := kv.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if got, err := kv.Lookup(context.Background(), "acme.example.com"); err != nil || got.Tenant != "acme" {
+			t.Fatalf("lookup on the local clock: %v, %v", got, err)
+		}
+	}
+	if n := asked.Load(); n > 2 {
+		t.Errorf("TIME asked %d times for 101 operations", n)
 	}
 }
