@@ -89,7 +89,7 @@ const MaxClockSkew = 15 * time.Minute
 
 // NewServerClock returns the clock of client's server, read once (for up to 2 s)
 // so that the first lookups do not judge entries by the local clock; if the server
-// cannot be read yet, the next Now tries again.
+// cannot be read yet, Now tries again once serverClockRetry has passed.
 func NewServerClock(client redis.Cmdable) *ServerClock {
 	c := &ServerClock{client: client, tried: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
