@@ -99,19 +99,19 @@ func TestEntriesOutliveAWriterClockJump(t *testing.T) {
 	}
 }
 
-// timeFromThePast is a Redis server (or a man in the middle) that answers TIME an
-// hour early and serves everything else as it is.
-type timeFromThePast struct{}
+// timeOff is a Redis server (or a man in the middle) that answers TIME off by its
+// duration and serves everything else as it is.
+type timeOff time.Duration
 
-func (timeFromThePast) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (timeFromThePast) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (timeOff) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (timeOff) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (timeFromThePast) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (d timeOff) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if t, ok := cmd.(*redis.TimeCmd); ok && err == nil {
-			t.SetVal(t.Val().Add(-time.Hour))
+			t.SetVal(t.Val().Add(time.Duration(d)))
 		}
 		return err
 	}
@@ -127,7 +127,7 @@ func TestAServerAnsweringOldTimeCannotReviveExpiredEntries(t *testing.T) {
 	if err := writer.Put(context.Background(), map[string]Route{"acme.example.com": r}); err != nil {
 		t.Fatal(err)
 	}
-	writer.Client.AddHook(timeFromThePast{})
+	writer.Client.AddHook(timeOff(-time.Hour))
 	reader := writer
 	reader.wall = nil
 	reader.Clock = NewServerClock(reader.Client)
@@ -153,7 +153,7 @@ func TestARefreshOfTheServerClockIsBoundedToo(t *testing.T) {
 	if skew := clock.Now(context.Background(), time.Now).Sub(time.Now()); skew.Abs() > time.Second {
 		t.Fatalf("an honest server's clock is taken %v off", skew)
 	}
-	kv.Client.AddHook(timeFromThePast{})
+	kv.Client.AddHook(timeOff(-time.Hour))
 	clock.mu.Lock()
 	clock.read = clock.read.Add(-2 * serverClockRefresh) // due for a refresh
 	clock.tried = clock.read
@@ -201,5 +201,16 @@ func TestAServerRefusingTimeIsNotAskedOnEveryLookup(t *testing.T) {
 	}
 	if n := asked.Load(); n > 2 {
 		t.Errorf("TIME asked %d times for 101 operations", n)
+	}
+}
+
+// A server answering TIME an hour ahead is believed only as far as the bound: writers
+// do not seal entries to live an hour longer.
+func TestAServerAnsweringTimeAheadIsBounded(t *testing.T) {
+	kv := testKV(t)
+	kv.Client.AddHook(timeOff(time.Hour))
+	skew := NewServerClock(kv.Client).Now(context.Background(), time.Now).Sub(time.Now())
+	if skew < MaxClockSkew-time.Second || skew > MaxClockSkew+time.Second {
+		t.Errorf("a clock an hour ahead is taken %v off, want %v (the bound)", skew, MaxClockSkew)
 	}
 }
