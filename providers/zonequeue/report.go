@@ -36,20 +36,17 @@ func (q *Queue) finish(outcomes map[string]*Outcome, released map[string]bool, c
 		}
 		out.Synced = out.Err == nil && !o.dirty
 		if out.Err != nil && out.Records == 0 {
-			out.Records = o.outcome.Records // unknown during a failure: the last count stands
+			out.Records = int(o.records) // unknown during a failure: the last count stands
 		}
 		if out.Err != nil {
 			// Retried by the next flush, after the backoff.
 			q.markDirty(o)
 		}
-		changed := o.outcome.summary() != out.summary() || len(out.Applied) > 0
+		changed := o.outcome().summary() != out.summary() || len(out.Applied) > 0
 		if changed {
 			notes = append(notes, note{key, *out})
 		}
-		// The applied changes are news for the notification only: kept, they held a
-		// copy of every owner's last records.
-		o.outcome = *out
-		o.outcome.Applied = nil
+		o.setOutcome(*out)
 		if counted && len(o.desired) == 0 && !o.dirty && out.Synced && out.Records == 0 && len(out.Conflicts) == 0 && len(out.Failed) == 0 {
 			// Nothing wanted and nothing left: known again only if it wants records here.
 			delete(q.owners, key)
@@ -61,7 +58,7 @@ func (q *Queue) finish(outcomes map[string]*Outcome, released map[string]bool, c
 		if len(released) == 0 {
 			break
 		}
-		for _, c := range o.outcome.Conflicts {
+		for _, c := range o.conflicts() {
 			if released[c.Desired.Name] {
 				q.markDirty(o)
 				break

@@ -55,7 +55,7 @@ func (q *Queue) replanDrifted(batch map[string][]providers.Record, current []pro
 		if _, in := batch[key]; in {
 			continue
 		}
-		concerned := drifted == nil || holders[key] || len(o.outcome.Conflicts) > 0 || len(o.outcome.Failed) > 0 ||
+		concerned := drifted == nil || holders[key] || o.issues != nil && (len(o.issues.conflicts) > 0 || len(o.issues.failed) > 0) ||
 			slices.ContainsFunc(o.desired, func(r providers.Record) bool { return drifted[r.Name] })
 		if concerned {
 			batch[key] = o.desired
