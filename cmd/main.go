@@ -43,6 +43,7 @@ type config struct {
 	metricsAddr    string
 	probeAddr      string
 	pprofAddr      string
+	gcPercent      int
 	leaderElection bool
 	secureMetrics  bool
 	apiQPS         float64
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.StringVar(&c.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof/ profiles (heap, CPU), for diagnosing memory and CPU use; 0 (the default) disables it. Bind it to localhost or keep it off the Service: profiles are not authenticated.")
+	flag.IntVar(&c.gcPercent, "gc-percent", 50, "How far the heap may grow past what is live before Go collects it, in percent (GOGC; the GOGC environment variable wins). Most of the manager's heap is its caches, which live for good: at Go's default of 100 the process held twice them; 50 took a 10,000-route run's peak from 222 to 193 MiB for 11% more of the manager's CPU.")
 	flag.BoolVar(&c.leaderElection, "leader-elect", false, "Elect a leader so that only one replica reconciles and probes at a time.")
 	flag.BoolVar(&c.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, authenticating and authorising scrapers with TokenReview and SubjectAccessReview.")
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", -1, "Requests per second to the Kubernetes API server at most; negative (the default, as controller-runtime's) leaves the pace to the API server's priority and fairness, which protects it: a client-side limit of 200/s held 10,000 status writes to 50 s on a control plane that takes them in 35.")
@@ -102,6 +104,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	c.chain.Observe = proxy.ObserveLayer
+	setGCPercent(c.gcPercent)
 	if limit := setMemoryLimit(os.ReadFile); limit > 0 {
 		ctrl.Log.Info("Go memory limit set from the container's", "bytes", limit)
 	}

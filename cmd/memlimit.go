@@ -35,3 +35,16 @@ func setMemoryLimit(read func(string) ([]byte, error)) int64 {
 	}
 	return 0
 }
+
+// setGCPercent sets the collector's GOGC to percent unless the GOGC environment
+// variable is set, which wins as it does for any Go program. It returns the value in
+// force.
+func setGCPercent(percent int) int {
+	if v := os.Getenv("GOGC"); v != "" {
+		old := debug.SetGCPercent(-1)
+		debug.SetGCPercent(old)
+		return old
+	}
+	debug.SetGCPercent(percent)
+	return percent
+}

@@ -44,3 +44,22 @@ func TestSetMemoryLimitFollowsTheCgroup(t *testing.T) {
 		})
 	}
 }
+
+func TestSetGCPercentYieldsToGOGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	if got := setGCPercent(50); got != 50 {
+		t.Errorf("without GOGC: %d, want the flag's 50", got)
+	}
+	if got := debug.SetGCPercent(50); got != 50 {
+		t.Errorf("the runtime's GOGC is %d, want 50", got)
+	}
+	t.Setenv("GOGC", "200")
+	debug.SetGCPercent(200) // as the runtime read it at start
+	if got := setGCPercent(50); got != 200 {
+		t.Errorf("with GOGC=200: %d, want 200", got)
+	}
+	if got := debug.SetGCPercent(200); got != 200 {
+		t.Errorf("the runtime's GOGC is %d, want GOGC's 200", got)
+	}
+}
