@@ -23,7 +23,9 @@ func TestStatusPatchIsMergeFroms(t *testing.T) {
 		tr.Status = v1.TenantRouteStatus{ObservedGeneration: 2, ActiveEdge: "cf", LastFailoverTime: &now,
 			Providers:     []v1.ProviderRecordStatus{{Edge: "cf", State: v1.RecordsSynced, Records: 1}, {Edge: "aws", State: v1.RecordsPending, Records: 0, Message: "applying"}},
 			Conditions:    []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonPending, Message: "applying records in aws", LastTransitionTime: now, ObservedGeneration: 2}},
-			CustomDomains: []v1.CustomDomainStatus{{Hostname: "login.acme.com", CNAMETarget: "acme.example.com"}}}
+			CustomDomains: []v1.CustomDomainStatus{{Hostname: "login.acme.com", CNAMETarget: "acme.example.com"}},
+			TenantID:      &v1.ClaimStatus{State: v1.ClaimConflict, Since: now, Message: "held by tenants/other"},
+			Hostnames:     []v1.HostnameClaim{{Hostname: "acme.example.com", ClaimStatus: v1.ClaimStatus{State: v1.ClaimGranted, Since: now}}}}
 		return tr
 	}
 	changes := map[string]func(*v1.TenantRoute){
@@ -37,6 +39,16 @@ func TestStatusPatchIsMergeFroms(t *testing.T) {
 			tr.Status.LastFailoverTime = nil
 			tr.Status.CustomDomains = nil
 			tr.Status.Providers[1].Message = ""
+		},
+		"an object's field removed": func(tr *v1.TenantRoute) {
+			tr.Status.TenantID.State, tr.Status.TenantID.Message = v1.ClaimGranted, ""
+		},
+		"an object removed, a generation gone": func(tr *v1.TenantRoute) {
+			tr.Status.TenantID, tr.Status.ObservedGeneration, tr.Status.Hostnames = nil, 0, []v1.HostnameClaim{}
+		},
+		"fields added": func(tr *v1.TenantRoute) {
+			tr.Status.Certificates = []v1.HostnameCertificate{{Hostname: "acme.example.com"}}
+			tr.Status.Hostnames = append(tr.Status.Hostnames, v1.HostnameClaim{Hostname: "b.example.com"})
 		},
 		"failover": func(tr *v1.TenantRoute) {
 			tr.Status.ActiveEdge = "aws"
