@@ -22,7 +22,7 @@ type countingProvider struct {
 func (p *countingProvider) ListRecords(context.Context, Zone) ([]Record, error) {
 	p.lists.Add(1)
 	time.Sleep(10 * time.Millisecond) // long enough for concurrent callers to pile up
-	return p.records, nil
+	return slices.Clone(p.records), nil
 }
 
 func (p *countingProvider) ApplyChanges(_ context.Context, _ Zone, changes []Change) (Result, error) {

@@ -133,7 +133,8 @@ type Provider interface {
 	// ResolveZone checks that the zone exists and fills in its id, looking the zone up
 	// by name when zone.ID is empty.
 	ResolveZone(ctx context.Context, zone Zone) (Zone, error)
-	// ListRecords returns every record set of the zone, normalised, with owners.
+	// ListRecords returns every record set of the zone, normalised, with owners, in a
+	// slice of the caller's (the cache sorts it in place and keeps it).
 	ListRecords(ctx context.Context, zone Zone) ([]Record, error)
 	// ApplyChanges applies the changes in the order given, in as few requests as the
 	// provider's batch limits allow. A change the provider rejects is reported in

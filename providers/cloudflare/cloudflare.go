@@ -389,15 +389,11 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 	if err != nil {
 		return nil, &providers.RejectedError{Err: err}
 	}
-	var res struct {
-		Result struct {
-			Posts []record `json:"posts"`
-		} `json:"result"`
-	}
 	var q dns.RecordBatchParams
 	q.ZoneID.Value, q.ZoneID.Present = zone.ID, true
 	ctx, sends := providers.CountSends(ctx)
-	_, err = p.records.Batch(ctx, q, option.WithRequestBody("application/json", raw), option.WithResponseBodyInto(&res))
+	var answer *http.Response
+	_, err = p.records.Batch(ctx, q, option.WithRequestBody("application/json", raw), option.WithResponseBodyInto(&answer))
 	if err != nil {
 		err = p.classify("ApplyChanges", err)
 		if sends.Uncertain() {
@@ -409,6 +405,19 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 		}
 		return nil, err
 	}
+	posts, err := postIDs(answer.Body)
+	_ = answer.Body.Close()
+	if err != nil {
+		// Applied (2xx), but which records were created, with which ids, is unknown
+		// until the zone is listed again.
+		return nil, providers.Unsure(p.transient("ApplyChanges", "reading the batch answer: %v", err))
+	}
+	return p.applied(batch, body, placements, posts)
+}
+
+// applied are the changes of batch as made: the records created carry the ids the
+// answer gave their values.
+func (p *Provider) applied(batch []providers.Change, body batchBody, placements []placed, posts []string) ([]providers.Change, error) {
 	applied := make([]providers.Change, len(batch))
 	for i, c := range batch {
 		applied[i] = c
@@ -421,10 +430,10 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 	for _, pl := range placements {
 		id := pl.id
 		if pl.post >= 0 {
-			if pl.post >= len(res.Result.Posts) {
-				return applied, p.transient("ApplyChanges", "batch answer has %d posts, sent %d", len(res.Result.Posts), len(body.Posts))
+			if pl.post >= len(posts) {
+				return applied, p.transient("ApplyChanges", "batch answer has %d posts, sent %d", len(posts), len(body.Posts))
 			}
-			id = res.Result.Posts[pl.post].ID
+			id = posts[pl.post]
 		}
 		applied[pl.change].New.ProviderIDs[pl.value] = id
 	}

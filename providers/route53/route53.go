@@ -166,32 +166,33 @@ func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (provid
 // registry records to the sets they own.
 func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
 	ctx = providers.WithOperation(ctx, "ListRecords")
-	var sets []types.ResourceRecordSet
 	pages := r53.NewListResourceRecordSetsPaginator(p.client, &r53.ListResourceRecordSetsInput{
 		HostedZoneId: aws.String(zone.ID), MaxItems: aws.Int32(300),
 	})
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, p.classify("ListRecords", err)
-		}
-		sets = append(sets, page.ResourceRecordSets...)
-	}
 	owners := map[providers.Key]string{}
 	// Every record at a registry name, ours in form or not: a create beside one that
 	// is not ours in form (edited by hand) must overwrite it too, or be refused forever.
 	leftover := map[providers.Key]bool{}
 	var records []providers.Record
-	for _, s := range sets {
-		r := fromSet(s)
-		if owned, ok := registryTarget(r); ok {
-			leftover[owned] = true
-			if len(r.Values) == 1 && strings.HasPrefix(r.Values[0], registryValue) {
-				owners[owned] = strings.TrimPrefix(r.Values[0], registryValue)
-			}
-			continue
+	// Each page is turned into records as it comes: the SDK's sets of a whole zone
+	// (four a route: its records and their registry TXTs) were, kept until the last
+	// page, the larger part of what a resync of 10 zones of 10,000 routes held.
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, p.classify("ListRecords", err)
 		}
-		records = append(records, r)
+		for _, s := range page.ResourceRecordSets {
+			r := fromSet(s)
+			if owned, ok := registryTarget(r); ok {
+				leftover[owned] = true
+				if len(r.Values) == 1 && strings.HasPrefix(r.Values[0], registryValue) {
+					owners[owned] = strings.TrimPrefix(r.Values[0], registryValue)
+				}
+				continue
+			}
+			records = append(records, r)
+		}
 	}
 	for i := range records {
 		k := records[i].Key()
