@@ -21,6 +21,7 @@ func postIDs(answer io.Reader) ([]string, error) {
 			if key != "posts" {
 				return skip(dec)
 			}
+			ids = ids[:0] // a member given twice counts once, the last, as encoding/json reads it
 			return elements(dec, func() error {
 				var post struct {
 					ID string `json:"id"`
