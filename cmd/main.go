@@ -104,7 +104,13 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	c.chain.Observe = proxy.ObserveLayer
-	setGCPercent(c.gcPercent)
+	if c.gcPercent < 1 {
+		// Collection off, with no memory limit, is a heap without bound; GOGC=off
+		// remains for whoever wants it.
+		ctrl.Log.Error(fmt.Errorf("--gc-percent=%d: want 1 or more", c.gcPercent), "exiting")
+		os.Exit(1)
+	}
+	ctrl.Log.Info("Go collector", "gogc", setGCPercent(c.gcPercent))
 	if limit := setMemoryLimit(os.ReadFile); limit > 0 {
 		ctrl.Log.Info("Go memory limit set from the container's", "bytes", limit)
 	}

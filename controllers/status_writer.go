@@ -78,7 +78,11 @@ func (w *statusWriter) writeLocked(ctx context.Context, before, after *v1.Tenant
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
 	}
-	if err := json.NewDecoder(answer).Decode(&saved); err != nil || saved.Metadata.ResourceVersion == "" {
+	err = json.NewDecoder(answer).Decode(&saved)
+	if err == nil {
+		_, err = io.Copy(io.Discard, answer) // to the end, so that the connection is used again
+	}
+	if err != nil || saved.Metadata.ResourceVersion == "" {
 		return "", fmt.Errorf("reading the saved status's version: %v", err)
 	}
 	return saved.Metadata.ResourceVersion, nil

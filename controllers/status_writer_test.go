@@ -3,6 +3,8 @@ package controllers
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +86,24 @@ func TestStatusPatchIsMergeFroms(t *testing.T) {
 			if !reflect.DeepEqual(w, g) {
 				t.Errorf("%s (lock %t): patch\n  %s\nwant what MergeFrom sends\n  %s", name, lock, got, want)
 			}
+		}
+	}
+}
+
+// statusPatch reads a field's emptiness as omitempty does for the kinds of field the
+// status has today; a struct value, an inline or untagged field would need more.
+func TestStatusFieldsAreWhatStatusPatchHandles(t *testing.T) {
+	typ := reflect.TypeFor[v1.TenantRouteStatus]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, options, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "" || name == "-" || !f.IsExported():
+			t.Errorf("%s: json tag %q; statusPatch needs a named field", f.Name, f.Tag.Get("json"))
+		case !slices.Contains([]reflect.Kind{reflect.Int64, reflect.String, reflect.Pointer, reflect.Slice}, f.Type.Kind()):
+			t.Errorf("%s is a %s; statusPatch handles numbers, strings, pointers and slices", f.Name, f.Type.Kind())
+		case !strings.Contains(options, "omitempty"):
+			t.Logf("%s is not omitempty: sent even when empty, as MergeFrom would", f.Name)
 		}
 	}
 }

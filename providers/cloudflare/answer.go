@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // postIDs reads the ids of result.posts from a batch answer, in order, one element at
@@ -14,11 +15,12 @@ func postIDs(answer io.Reader) ([]string, error) {
 	dec := json.NewDecoder(answer)
 	var ids []string
 	err := members(dec, func(key string) error {
-		if key != "result" {
+		// Keys match as encoding/json, which the SDK used, matches them: any case.
+		if !strings.EqualFold(key, "result") {
 			return skip(dec)
 		}
 		return members(dec, func(key string) error {
-			if key != "posts" {
+			if !strings.EqualFold(key, "posts") {
 				return skip(dec)
 			}
 			ids = ids[:0] // a member given twice counts once, the last, as encoding/json reads it
@@ -37,6 +39,13 @@ func postIDs(answer io.Reader) ([]string, error) {
 			})
 		})
 	})
+	if err == nil {
+		// Read to the end, so that the connection is used again; what follows the
+		// answer is not read past a bound (the connection is dropped then).
+		if _, err = io.CopyN(io.Discard, answer, 64<<10); err == io.EOF {
+			err = nil
+		}
+	}
 	return ids, err
 }
 

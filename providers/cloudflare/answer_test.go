@@ -45,6 +45,7 @@ func TestPostIDs(t *testing.T) {
 		{"posts after other members", string(answer(3, 2)), []string{"posted000000", "posted000001", "posted000002"}, false},
 		{"posts first, result last", `{"result":{"posts":[{"id":"a"},{"id":"b","meta":{"x":[1,[2,{"y":null}]]}}],"patches":[{"id":"p"}]},"success":true}`, []string{"a", "b"}, false},
 		{"posts given twice: the last", `{"result":{"posts":[{"id":"a"}]},"result":{"posts":[{"id":"b"}],"posts":[{"id":"c"}]}}`, []string{"c"}, false},
+		{"keys in another case", `{"Result":{"POSTS":[{"ID":"a"}]}}`, []string{"a"}, false},
 		{"no posts", `{"result":{"deletes":[{"id":"d"}]},"success":true}`, nil, false},
 		{"posts null", `{"result":{"posts":null}}`, nil, false},
 		{"result null", `{"result":null,"success":true}`, nil, false},
