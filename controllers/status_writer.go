@@ -89,7 +89,7 @@ func (w *statusWriter) writeLocked(ctx context.Context, before, after *v1.Tenant
 }
 
 // metadataOnly asks the API server to answer a write with the object's metadata
-// alone (as it answers `kubectl get -o name`), JSON if it cannot: the operator reads
+// alone, as it answers metadata-only informers (JSON if it cannot): the operator reads
 // at most the saved version, and reading 100,000 whole routes back was a sixth of
 // what the manager allocated while the statuses streamed.
 const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
