@@ -421,3 +421,37 @@ func TestTLSBackendLeftoverBytesNeverReachAnotherRequest(t *testing.T) {
 		t.Errorf("%d/20 victims got another exchange's bytes as their response", poisoned)
 	}
 }
+
+// An upload answered as its last byte goes out is not an early answer: the backend
+// and the client connections stay usable, and the next upload on them is relayed.
+// The answer and the end of sending race; many small uploads make both orders occur.
+func TestUploadAnsweredAsItEndsLeavesConnectionsUsable(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tp := rawProxy(t, Options{}, "http://"+ln.Addr().String())
+	const uploads = 3000
+	failed := 0
+	for range uploads {
+		req, _ := http.NewRequest("POST", tp.url+"/upload", bytes.NewReader(make([]byte, 512)))
+		req.Host = "acme.example.com"
+		resp, err := tp.client.Do(req)
+		if err != nil {
+			failed++
+			continue
+		}
+		if got := body(t, resp); resp.StatusCode != http.StatusOK || got != "ok" {
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d uploads failed", failed, uploads)
+	}
+}

@@ -187,7 +187,13 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 			// sender may be waiting on the client or on the backend.
 			_ = conn.SetWriteDeadline(time.Now())
 			stopClient()
-			sendErr = <-sent
+			if sendErr = <-sent; sendErr == nil {
+				// The last byte went out as the answer came in: nothing was cut short,
+				// and the connection goes back to the pool with no deadline of the past
+				// to fail its next request. (The client's connection needs no undoing:
+				// its body is read, and the server sets a deadline for its next request.)
+				_ = conn.SetWriteDeadline(time.Time{})
+			}
 		}
 		_ = conn.SetReadDeadline(time.Time{}) // between reads again, for the body
 		switch {
