@@ -229,17 +229,12 @@ func TestPartialResponseIsNotReplayed(t *testing.T) {
 // A backend may answer an upload before reading it (401, 413): the client gets that
 // answer, not a 502, whatever the body's size.
 func TestBackendAnswerBeforeTheBodyIsRelayed(t *testing.T) {
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = io.WriteString(w, "login first")
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	tp := rawProxy(t, Options{}, "http://"+ln.Addr().String())
+	}))
+	t.Cleanup(b.Close)
+	tp := rawProxy(t, Options{}, b.URL)
 	for _, size := range []int{100 << 10, 4 << 20} {
 		req, _ := http.NewRequest("POST", tp.url+"/upload", bytes.NewReader(make([]byte, size)))
 		req.Host = "acme.example.com"
@@ -426,17 +421,12 @@ func TestTLSBackendLeftoverBytesNeverReachAnotherRequest(t *testing.T) {
 // and the client connections stay usable, and the next upload on them is relayed.
 // The answer and the end of sending race; many small uploads make both orders occur.
 func TestUploadAnsweredAsItEndsLeavesConnectionsUsable(t *testing.T) {
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	tp := rawProxy(t, Options{}, "http://"+ln.Addr().String())
+	}))
+	t.Cleanup(b.Close)
+	tp := rawProxy(t, Options{}, b.URL)
 	const uploads = 3000
 	failed := 0
 	for range uploads {
