@@ -81,7 +81,7 @@ func main() {
 			return err
 		})
 	flag.DurationVar(&c.operator.Queue.Quiet, "coalesce-quiet", time.Second, "A zone's pending changes are applied once no TenantRoute changed for this long...")
-	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long.")
+	flag.DurationVar(&c.operator.Queue.MaxWait, "coalesce-max-wait", 5*time.Second, "...or, while changes keep coming, full batches go out once the oldest pending change has waited this long (at once when the pending changes fill a request).")
 	flag.IntVar(&c.operator.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "TenantRoutes reconciled at once.")
 	flag.Float64Var(&c.operator.EventQPS, "event-qps", controllers.DefaultEventQPS, "TenantRoute events per second at most (with --event-burst); beyond, events are dropped and counted in tenantroute_events_skipped_total. Events never delay status or records.")
 	flag.IntVar(&c.operator.EventBurst, "event-burst", controllers.DefaultEventBurst, "Burst of TenantRoute events.")

@@ -48,7 +48,8 @@ func (q *Queue) hold(keys []string, pendingSince time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, key := range keys {
-		if o, ok := q.owners[key]; ok {
+		if o, ok := q.owners[key]; ok && !o.dirty {
+			q.addPending(o) // not full: the flush found they do not fill a request
 			o.dirty = true
 		}
 	}

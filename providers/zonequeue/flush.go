@@ -191,6 +191,7 @@ func (q *Queue) take() *pending {
 	q.unlisted = nil
 	q.firstDirty = time.Time{}
 	q.expedite = false
+	q.pendingCost, q.full = providers.Cost{}, false
 	q.sweep, q.resyncing = false, false
 	return p
 }

@@ -53,7 +53,8 @@ const (
 type Options struct {
 	// Quiet: a flush starts once no owner has changed its desire for this long...
 	Quiet time.Duration
-	// MaxWait: ...or once the oldest pending desire has waited this long.
+	// MaxWait: ...or once the oldest pending desire has waited this long. Pending
+	// desires that fill a request go out at once, whatever these say.
 	MaxWait time.Duration
 	// Resync lists the zone again and re-plans every owner this often: records changed
 	// behind the operator's back are repaired, released names are taken. The first
@@ -167,6 +168,11 @@ type Queue struct {
 	firstDirty  time.Time
 	lastDesired time.Time
 	expedite    bool
+	// pendingCost estimates what the pending owners' changes take of requests, each
+	// desire counted as created; full: it fills a request, and the queue flushes
+	// whole requests without waiting for the stream of desires to pause.
+	pendingCost providers.Cost
+	full        bool
 	// heldAll: the last flush, streaming, found no full batch and held every owner back.
 	heldAll bool
 	// recentValues are the value lists of the last desires kept, shared by the desires
@@ -367,8 +373,35 @@ func (q *Queue) Forget(ownerKey string) {
 
 // markDirty schedules o for the next flush; q.mu must be held.
 func (q *Queue) markDirty(o *owner) {
+	if !o.dirty {
+		q.addPending(o)
+		// Waiting for a stream of desires to pause buys nothing once a request's worth
+		// is pending: at the start of a 10,000-route sync it held every zone's first
+		// request, and so every route's Ready, until the last route was planned.
+		if lim := q.limits(); lim.over(q.pendingCost) {
+			q.full = true
+		}
+	}
 	o.dirty = true
 	q.touch()
+}
+
+// addPending counts o's desire in pendingCost, as created (a deletion as one record:
+// its records are not known here); q.mu must be held.
+func (q *Queue) addPending(o *owner) {
+	b, ok := q.provider.(providers.Batched)
+	if !ok {
+		return
+	}
+	if len(o.desired) == 0 {
+		q.pendingCost.Records++
+		return
+	}
+	for i := range o.desired {
+		c := b.ChangeCost(providers.Change{Action: providers.Create, New: &o.desired[i]})
+		q.pendingCost.Records += c.Records
+		q.pendingCost.Chars += c.Chars
+	}
 }
 
 // touch schedules a flush for a new desire; q.mu must be held.

@@ -669,3 +669,44 @@ func TestOwnersAreReportedRequestByRequest(t *testing.T) {
 		t.Fatalf("%d owners pending after the failure, want 50", dirty)
 	}
 }
+
+// A request's worth of pending desires goes out at once, while the stream of desires
+// goes on: waiting for it to pause (Quiet) or for MaxWait held the first records, and
+// so the first Ready, of a 10,000-route sync until its last route was planned. What
+// does not fill a request still waits for the pause.
+func TestAFullRequestGoesOutWithoutWaitingForThePause(t *testing.T) {
+	mem := newMem()
+	var mu sync.Mutex
+	var sizes []int // changes of each request sent during the stream
+	streaming := true
+	hook := applyHook{batchedMem: batchedMem{mem}, before: func(changes []providers.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if streaming {
+			sizes = append(sizes, len(changes))
+		}
+		return nil
+	}}
+	q := New(hook, providers.Zone{Name: "example.com", ID: "z"},
+		Options{Quiet: time.Second, MaxWait: time.Minute, Resync: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	const n = 450 // two full requests of 200, and 50 for the pause
+	for i := range n {
+		q.Desire(fmt.Sprintf("o%04d", i), cname(fmt.Sprintf("t%04d.example.com", i)))
+		time.Sleep(5 * time.Millisecond) // 2.25 s of stream, never quiet
+	}
+	mu.Lock()
+	streaming = false
+	during := slices.Clone(sizes)
+	mu.Unlock()
+	if len(during) == 0 || slices.ContainsFunc(during, func(s int) bool { return s != 200 }) {
+		t.Fatalf("requests sent while desires streamed: %v, want full ones (200 changes), at least one", during)
+	}
+	waitFor(t, func() bool {
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		return mem.changes == n
+	})
+}

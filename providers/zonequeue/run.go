@@ -73,7 +73,7 @@ func (q *Queue) untilFlush() time.Duration {
 	if q.firstDirty.IsZero() {
 		return 24 * time.Hour
 	}
-	if q.expedite {
+	if q.expedite || q.full {
 		return 0
 	}
 	now := time.Now()
