@@ -45,11 +45,12 @@ func (q *Queue) hold(keys []string, pendingSince time.Time) {
 	if len(keys) == 0 {
 		return
 	}
+	lim := q.limits()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, key := range keys {
 		if o, ok := q.owners[key]; ok && !o.dirty {
-			q.addPending(o) // not full: the flush found they do not fill a request
+			q.addPending(lim, o) // not full: the flush found they do not fill a request
 			o.dirty = true
 		}
 	}

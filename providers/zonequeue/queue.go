@@ -374,13 +374,12 @@ func (q *Queue) Forget(ownerKey string) {
 // markDirty schedules o for the next flush; q.mu must be held.
 func (q *Queue) markDirty(o *owner) {
 	if !o.dirty {
-		q.addPending(o)
+		lim := q.limits()
+		q.addPending(lim, o)
 		// Waiting for a stream of desires to pause buys nothing once a request's worth
 		// is pending: at the start of a 10,000-route sync it held every zone's first
 		// request, and so every route's Ready, until the last route was planned.
-		if lim := q.limits(); lim.over(q.pendingCost) {
-			q.full = true
-		}
+		q.full = q.full || lim.over(q.pendingCost)
 	}
 	o.dirty = true
 	q.touch()
@@ -388,9 +387,8 @@ func (q *Queue) markDirty(o *owner) {
 
 // addPending counts o's desire in pendingCost, as created (a deletion as one record:
 // its records are not known here); q.mu must be held.
-func (q *Queue) addPending(o *owner) {
-	b, ok := q.provider.(providers.Batched)
-	if !ok {
+func (q *Queue) addPending(lim limits, o *owner) {
+	if lim.batched == nil {
 		return
 	}
 	if len(o.desired) == 0 {
@@ -398,7 +396,7 @@ func (q *Queue) addPending(o *owner) {
 		return
 	}
 	for i := range o.desired {
-		c := b.ChangeCost(providers.Change{Action: providers.Create, New: &o.desired[i]})
+		c := lim.batched.ChangeCost(providers.Change{Action: providers.Create, New: &o.desired[i]})
 		q.pendingCost.Records += c.Records
 		q.pendingCost.Chars += c.Chars
 	}
