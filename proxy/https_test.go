@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
@@ -132,16 +133,34 @@ func TestHostileTLSHandshakes(t *testing.T) {
 	// The slots are free again once the closed connections' lingering ends (a refused
 	// TLS connection is closed without an HTTP answer it could not read). Before the
 	// lingering close kept its deadline, the interrupted handshakes held theirs for
-	// good.
-	waitFor(t, 3*time.Second, "a connection slot", func() bool {
-		_, err := handshake(tln.Addr().String(), "acme.auth.example.com", ca.Pool)
-		return err == nil
+	// good. All eight are held at once, and the request below goes over one of them:
+	// a connection closed here is released by the proxy only when it reads the close,
+	// so a new one dialled right after could still find the address at its limit.
+	var held []*tls.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	waitFor(t, 3*time.Second, "all eight connection slots", func() bool {
+		for len(held) < 8 {
+			d := &net.Dialer{Timeout: 5 * time.Second}
+			c, err := tls.DialWithDialer(d, "tcp", tln.Addr().String(), &tls.Config{ServerName: "acme.auth.example.com", RootCAs: ca.Pool, NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				return false
+			}
+			held = append(held, c)
+		}
+		return true
 	})
 	// A client claiming plain HTTP does not fool the backend either.
-	client := httpsClient(tln.Addr().String(), ca.Pool)
 	req, _ := http.NewRequest(http.MethodGet, "https://acme.auth.example.com/", nil)
 	req.Header.Set("X-Forwarded-Proto", "http")
-	resp, err := client.Do(req)
+	_ = held[0].SetDeadline(time.Now().Add(10 * time.Second))
+	if err := req.Write(held[0]); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(held[0]), req)
 	if err != nil {
 		t.Fatal(err)
 	}
