@@ -15,11 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -269,6 +271,14 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 				"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
 		}
 	}
+	if o.Records == 0 && len(o.Applied)+len(o.Failed)+len(o.Conflicts) == 0 && o.Err == nil {
+		// An empty desire answered with nothing done: one of the nine other zones of
+		// each edge where a route keeps none (they clean up after a hostname moves
+		// zone), answered when the zone is first listed. The route's own records are
+		// what its status waits for; these answers, 18 a route, went ahead of them.
+		r.requests.addLow(key)
+		return
+	}
 	r.enqueue(key)
 }
 
@@ -277,7 +287,7 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 func (r *TenantRouteReconciler) edgeReady(edge string) {
 	go func() {
 		for _, req := range routesMatching(r.byEdge)(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: edge}}) {
-			r.enqueue(req.NamespacedName)
+			r.requests.addLow(req.NamespacedName)
 		}
 	}()
 }
@@ -327,28 +337,107 @@ func (r *TenantRouteReconciler) enqueue(key types.NamespacedName) { r.requests.a
 type requests struct {
 	mu      sync.Mutex
 	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
-	waiting []types.NamespacedName // asked for before the controller started
+	waiting []waitingRequest // asked for before the controller started
+}
+
+type waitingRequest struct {
+	key types.NamespacedName
+	low bool
 }
 
 func (q *requests) start(_ context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.queue = queue
-	for _, key := range q.waiting {
-		queue.Add(reconcile.Request{NamespacedName: key})
+	for _, w := range q.waiting {
+		q.addLocked(w.key, w.low)
 	}
 	q.waiting = nil
 	return nil
 }
 
-func (q *requests) add(key types.NamespacedName) {
+func (q *requests) add(key types.NamespacedName) { q.addWith(key, false) }
+
+// addLow asks for a reconcile that goes behind those asked for by add, as a fan-out
+// does (see lowPriority).
+func (q *requests) addLow(key types.NamespacedName) { q.addWith(key, true) }
+
+func (q *requests) addWith(key types.NamespacedName, low bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.queue == nil {
-		q.waiting = append(q.waiting, key)
+		q.waiting = append(q.waiting, waitingRequest{key, low})
 		return
 	}
-	q.queue.Add(reconcile.Request{NamespacedName: key})
+	q.addLocked(key, low)
+}
+
+func (q *requests) addLocked(key types.NamespacedName, low bool) {
+	queue := q.queue
+	if low {
+		queue = lowPriorityQueue(queue)
+	}
+	queue.Add(reconcile.Request{NamespacedName: key})
+}
+
+// lowPriority puts the reconciles that h fans out from one object to many routes (an
+// EdgeProvider that became ready, a Region's backends, a Namespace's labels) behind
+// those that a single route's own news asks for: its records landed, a failover moved
+// it, a name it waits for was freed. At the start of a 10,000-route sync the edges
+// become ready while the routes are first planned, and their fan-out queued every
+// route's plan ahead of the reports of records that had already landed: the first
+// route was Ready 5 s after its records were in both providers, while the API server,
+// which bounds the statuses, waited. The fanned-out plans still run, after the news;
+// the controller's own initial listing is low already.
+func lowPriority(h handler.EventHandler) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(ctx, e, lowPriorityQueue(q))
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, e, lowPriorityQueue(q))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(ctx, e, lowPriorityQueue(q))
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Generic(ctx, e, lowPriorityQueue(q))
+		},
+	}
+}
+
+// lowPriorityQueue is q adding at controller-runtime's low priority, that of an
+// informer's initial listing; q itself when it is not a priority queue.
+func lowPriorityQueue(q workqueue.TypedRateLimitingInterface[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		return lowQueue{pq}
+	}
+	return q
+}
+
+type lowQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+}
+
+func (q lowQueue) Add(item reconcile.Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{}, item)
+}
+
+func (q lowQueue) AddAfter(item reconcile.Request, after time.Duration) {
+	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
+}
+
+func (q lowQueue) AddRateLimited(item reconcile.Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
+}
+
+// AddWithOpts lowers what came at the default priority; the queue keeps the higher of
+// an item's priorities, so a route already waiting for its own news keeps its place.
+func (q lowQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	if o.Priority == nil || *o.Priority > handler.LowPriority {
+		o.Priority = ptr.To(handler.LowPriority)
+	}
+	q.PriorityQueue.AddWithOpts(o, items...)
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -380,13 +469,13 @@ func (r *TenantRouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1.TenantRoute{}, sharedHostnames(r.byHostname)).
 		Watches(&v1.TenantRoute{}, disownedGrants(r.Claims)).
-		Watches(&v1.EdgeProvider{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byEdge)),
+		Watches(&v1.EdgeProvider{}, lowPriority(handler.EnqueueRequestsFromMapFunc(routesMatching(r.byEdge))),
 			builder.WithPredicates(edgeProviderChanged())).
 		// A Region's spec (its backends) changes where its routes lead; its status (a
 		// failover's progress, written every few seconds during one) does not.
-		Watches(&v1.Region{}, handler.EnqueueRequestsFromMapFunc(routesMatching(r.byRegion)),
+		Watches(&v1.Region{}, lowPriority(handler.EnqueueRequestsFromMapFunc(routesMatching(r.byRegion))),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace),
+		WatchesMetadata(&corev1.Namespace{}, lowPriority(handler.EnqueueRequestsFromMapFunc(r.routesInNamespace)),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Func(r.requests.start)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).

@@ -1,0 +1,54 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+)
+
+// A route's own news (its records landed, a failover moved it) is reconciled before
+// the plans that a fan-out asks for (an EdgeProvider that became ready, whose watch
+// maps to every route of the edge) and before empty answers; a route already waiting
+// at low priority moves up when its own news comes.
+func TestAFanOutWaitsBehindARoutesOwnNews(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+	var reqs requests
+	reqs.addLow(key("asked-low-before-the-start"))
+	if err := reqs.start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+
+	fanOut := lowPriority(handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: key("fanned-1")}, {NamespacedName: key("fanned-2")}, {NamespacedName: key("fanned-3")}}
+	}))
+	old := &v1.EdgeProvider{}
+	old.ResourceVersion = "1"
+	cur := old.DeepCopy()
+	cur.ResourceVersion = "2"
+	fanOut.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	reqs.addLow(key("empty-answer"))
+	reqs.add(key("records-landed"))
+	reqs.add(key("fanned-2")) // its records landed too
+
+	want := []string{"records-landed", "fanned-2", "asked-low-before-the-start", "fanned-1", "fanned-3", "empty-answer"}
+	for i, name := range want {
+		got, priority, _ := q.GetWithPriority()
+		q.Done(got)
+		if got.Name != name {
+			t.Fatalf("reconcile %d is %s (priority %d), want %s; order wanted: %v", i+1, got.Name, priority, name, want)
+		}
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d more reconciles queued", n)
+	}
+}
