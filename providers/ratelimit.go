@@ -39,6 +39,10 @@ type Limiter struct {
 	// lastOrdinary is when an ordinary request last took a slot or got its answer:
 	// background requests also wait while ordinary ones follow this closely (quiet).
 	lastOrdinary time.Time
+	// urgent counts the urgent requests (Urgent) waiting for a slot; while any does,
+	// the others wait until urgentDone is closed.
+	urgent     int
+	urgentDone chan struct{}
 }
 
 // slot is one of the last limit requests.
@@ -58,7 +62,7 @@ type Slot struct {
 
 // NewLimiter allows limit requests per window; limit <= 0 means unlimited.
 func NewLimiter(limit int, window time.Duration) *Limiter {
-	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{})}
+	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{}), urgentDone: make(chan struct{})}
 }
 
 type backgroundKey struct{}
@@ -76,16 +80,38 @@ func isBackground(ctx context.Context) bool {
 	return b
 }
 
+type urgentKey struct{}
+
+// Urgent marks ctx's requests as ones that others wait for: while one waits for a
+// slot, no other request takes one. A zone's first listing is urgent: until it is
+// read, none of the routes with records in the account can be told their records
+// are in place (each route keeps an empty desire in the zones it has no records in,
+// answered by the listing), and at Route53's 5 requests a second the first listings
+// of 10 zones came between the writes of the zones listed before them, holding every
+// route's first status for seconds.
+func Urgent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, urgentKey{}, true)
+}
+
+func isUrgent(ctx context.Context) bool {
+	u, _ := ctx.Value(urgentKey{}).(bool)
+	return u
+}
+
 // Wait blocks until a request may be sent and counts it as sent; the caller calls
 // Done on the Slot when the request's answer (or its failure) came back.
 func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	if l == nil || l.limit <= 0 {
 		return Slot{}, ctx.Err()
 	}
-	background := isBackground(ctx)
+	urgent := isUrgent(ctx)
+	background := isBackground(ctx) && !urgent
 	if !background {
 		l.mu.Lock()
 		l.waiting++
+		if urgent {
+			l.urgent++
+		}
 		l.mu.Unlock()
 		defer func() {
 			l.mu.Lock()
@@ -93,11 +119,17 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 				close(l.calm)
 				l.calm = make(chan struct{})
 			}
+			if urgent {
+				if l.urgent--; l.urgent == 0 {
+					close(l.urgentDone)
+					l.urgentDone = make(chan struct{})
+				}
+			}
 			l.mu.Unlock()
 		}()
 	}
 	for {
-		s, wait, freed := l.reserve(time.Now(), background)
+		s, wait, freed := l.reserve(time.Now(), background, urgent)
 		if wait == 0 && freed == nil {
 			return s, nil
 		}
@@ -120,13 +152,17 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 }
 
 // reserve counts a request sent at now, or returns how long to wait, or a channel to
-// wait on: closed when a request in flight is done (every slot is held by one), or,
-// for a background request, when no ordinary request waits any more.
-func (l *Limiter) reserve(now time.Time, background bool) (Slot, time.Duration, <-chan struct{}) {
+// wait on: closed when a request in flight is done (every slot is held by one), when
+// no urgent request waits any more, or, for a background request, when no ordinary
+// request waits any more.
+func (l *Limiter) reserve(now time.Time, background, urgent bool) (Slot, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
 		return Slot{}, l.pausedUntil.Sub(now), nil
+	}
+	if !urgent && l.urgent > 0 {
+		return Slot{}, 0, l.urgentDone
 	}
 	if background {
 		if l.waiting > 0 {
