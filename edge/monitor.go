@@ -149,8 +149,15 @@ func (m *Monitor) run(edge string, w *watch) {
 		machine.state = ""
 	}
 	go func() {
-		// Spread the edges' probes over the interval.
-		timer := time.NewTimer(jitter(w.check.Interval))
+		// Spread the edges' probes over the interval; but an edge of unknown health
+		// (a new EdgeProvider, or the first start) is probed at once: every route on
+		// it says the edge was not probed until it is, and a route written before
+		// that is written again when its health is known.
+		first := jitter(w.check.Interval)
+		if machine.state == "" {
+			first = 0
+		}
+		timer := time.NewTimer(first)
 		defer timer.Stop()
 		for {
 			select {

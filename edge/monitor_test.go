@@ -69,6 +69,29 @@ func TestMonitorReportsTransitions(t *testing.T) {
 	m.Forget("cf")
 }
 
+// An edge of unknown health is probed as soon as it is watched, not after a random
+// part of its interval.
+func TestMonitorProbesAnUnknownEdgeAtOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	probed := make(chan time.Time, 10)
+	m := NewMonitor()
+	m.OnProbe = func(string, Probe) { probed <- time.Now() }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = m.Start(ctx) }()
+	start := time.Now()
+	m.Watch("cf", Check{URL: srv.URL, Interval: time.Hour, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 2}, Unknown)
+	select {
+	case at := <-probed:
+		if took := at.Sub(start); took > time.Second {
+			t.Errorf("first probe after %s", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("an edge of unknown health was not probed within 5 s of being watched (interval 1h)")
+	}
+}
+
 func TestMonitorStartsFromTheReportedHealth(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
