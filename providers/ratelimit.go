@@ -65,22 +65,32 @@ func NewLimiter(limit int, window time.Duration) *Limiter {
 	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{}), urgentDone: make(chan struct{})}
 }
 
-type backgroundKey struct{}
+// priority is how a request's turn at the limiter is decided: the mark its context
+// carries, ordinary without one, the last mark given winning.
+type priority int
+
+const (
+	background priority = iota - 1
+	ordinary
+	urgent
+)
+
+type priorityKey struct{}
+
+func withPriority(ctx context.Context, p priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+func priorityOf(ctx context.Context) priority {
+	p, _ := ctx.Value(priorityKey{}).(priority)
+	return p
+}
 
 // Background marks ctx's requests as ones that may wait: while a request without the
 // mark waits for a slot, a background one does not take one. A zone's periodic
 // relisting (at 100,000 routes, 67 Route53 pages a zone) is background, so that the
 // writes of a failover that comes meanwhile go first.
-func Background(ctx context.Context) context.Context {
-	return context.WithValue(ctx, backgroundKey{}, true)
-}
-
-func isBackground(ctx context.Context) bool {
-	b, _ := ctx.Value(backgroundKey{}).(bool)
-	return b
-}
-
-type urgentKey struct{}
+func Background(ctx context.Context) context.Context { return withPriority(ctx, background) }
 
 // Urgent marks ctx's requests as ones that others wait for: while one waits for a
 // slot, no other request takes one. A zone's first listing is urgent: until it is
@@ -89,14 +99,7 @@ type urgentKey struct{}
 // answered by the listing), and at Route53's 5 requests a second the first listings
 // of 10 zones came between the writes of the zones listed before them, holding every
 // route's first status for seconds.
-func Urgent(ctx context.Context) context.Context {
-	return context.WithValue(ctx, urgentKey{}, true)
-}
-
-func isUrgent(ctx context.Context) bool {
-	u, _ := ctx.Value(urgentKey{}).(bool)
-	return u
-}
+func Urgent(ctx context.Context) context.Context { return withPriority(ctx, urgent) }
 
 // Wait blocks until a request may be sent and counts it as sent; the caller calls
 // Done on the Slot when the request's answer (or its failure) came back.
@@ -104,12 +107,11 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	if l == nil || l.limit <= 0 {
 		return Slot{}, ctx.Err()
 	}
-	urgent := isUrgent(ctx)
-	background := isBackground(ctx) && !urgent
-	if !background {
+	p := priorityOf(ctx)
+	if p != background {
 		l.mu.Lock()
 		l.waiting++
-		if urgent {
+		if p == urgent {
 			l.urgent++
 		}
 		l.mu.Unlock()
@@ -119,7 +121,7 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 				close(l.calm)
 				l.calm = make(chan struct{})
 			}
-			if urgent {
+			if p == urgent {
 				if l.urgent--; l.urgent == 0 {
 					close(l.urgentDone)
 					l.urgentDone = make(chan struct{})
@@ -129,7 +131,7 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 		}()
 	}
 	for {
-		s, wait, freed := l.reserve(time.Now(), background, urgent)
+		s, wait, freed := l.reserve(time.Now(), p)
 		if wait == 0 && freed == nil {
 			return s, nil
 		}
@@ -155,16 +157,16 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 // wait on: closed when a request in flight is done (every slot is held by one), when
 // no urgent request waits any more, or, for a background request, when no ordinary
 // request waits any more.
-func (l *Limiter) reserve(now time.Time, background, urgent bool) (Slot, time.Duration, <-chan struct{}) {
+func (l *Limiter) reserve(now time.Time, p priority) (Slot, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
 		return Slot{}, l.pausedUntil.Sub(now), nil
 	}
-	if !urgent && l.urgent > 0 {
+	if p != urgent && l.urgent > 0 {
 		return Slot{}, 0, l.urgentDone
 	}
-	if background {
+	if p == background {
 		if l.waiting > 0 {
 			return Slot{}, 0, l.calm
 		}
@@ -177,7 +179,7 @@ func (l *Limiter) reserve(now time.Time, background, urgent bool) (Slot, time.Du
 		}
 	}
 	s, wait, freed := l.take(now)
-	if !background && wait == 0 && freed == nil {
+	if p != background && wait == 0 && freed == nil {
 		s.ordinary = true
 		l.lastOrdinary = now
 	}

@@ -22,7 +22,7 @@ func TestLimiterNeverExceedsTheWindow(t *testing.T) {
 	var sent []time.Time
 	now := start
 	for len(sent) < 23 {
-		slot, wait, _ := l.reserve(now, false, false)
+		slot, wait, _ := l.reserve(now, ordinary)
 		if wait > 0 {
 			now = now.Add(wait)
 			continue
@@ -56,13 +56,13 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var slots []Slot
 	for range 5 {
-		s, wait, freed := l.reserve(t0, false, false)
+		s, wait, freed := l.reserve(t0, ordinary)
 		if wait != 0 || freed != nil {
 			t.Fatalf("the first five wait %v (%v)", wait, freed)
 		}
 		slots = append(slots, s)
 	}
-	_, wait, freed := l.reserve(t0.Add(2*time.Second), false, false)
+	_, wait, freed := l.reserve(t0.Add(2*time.Second), ordinary)
 	if wait != 0 || freed == nil {
 		t.Fatalf("with five requests in flight a sixth went out (wait %v)", wait)
 	}
@@ -74,10 +74,10 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 	default:
 		t.Fatal("an answer did not wake the requests waiting for a slot")
 	}
-	if _, wait, _ := l.reserve(t0.Add(time.Second), false, false); wait != 200*time.Millisecond {
+	if _, wait, _ := l.reserve(t0.Add(time.Second), ordinary); wait != 200*time.Millisecond {
 		t.Fatalf("a window after the first send, a sixth waits %v, want 200ms (a window after the first answer)", wait)
 	}
-	if _, wait, freed := l.reserve(t0.Add(1200*time.Millisecond), false, false); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(1200*time.Millisecond), ordinary); wait != 0 || freed != nil {
 		t.Fatalf("a window after the first answer, a sixth still waits %v", wait)
 	}
 }
@@ -87,13 +87,13 @@ func TestLimiterCountsARequestUntilItsAnswer(t *testing.T) {
 func TestLimiterIgnoresAStaleDone(t *testing.T) {
 	l := NewLimiter(1, time.Second)
 	t0 := time.Unix(1000, 0)
-	first, _, _ := l.reserve(t0, false, false)
+	first, _, _ := l.reserve(t0, ordinary)
 	first.done(t0)
-	if _, wait, freed := l.reserve(t0.Add(2*time.Second), false, false); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(2*time.Second), ordinary); wait != 0 || freed != nil {
 		t.Fatalf("the slot is not free a window after its answer (wait %v)", wait)
 	}
 	first.done(t0.Add(2 * time.Second)) // stale: the slot is the second request's now
-	if _, _, freed := l.reserve(t0.Add(10*time.Second), false, false); freed == nil {
+	if _, _, freed := l.reserve(t0.Add(10*time.Second), ordinary); freed == nil {
 		t.Fatal("a stale Done released the slot of the request in flight")
 	}
 }
@@ -263,22 +263,22 @@ func TestUrgentRequestsGoFirst(t *testing.T) {
 func TestBackgroundRequestsWaitForOrdinaryOnesToPause(t *testing.T) {
 	l := NewLimiter(5, time.Second) // Route53's pace: quiet is 400 ms
 	t0 := time.Now()
-	s, wait, freed := l.reserve(t0, false, false)
+	s, wait, freed := l.reserve(t0, ordinary)
 	if wait != 0 || freed != nil {
 		t.Fatal("no slot for the first request")
 	}
 	s.done(t0.Add(300 * time.Millisecond)) // its answer
 	// 50 ms later, four slots free: the queue is reporting the answer and will send more.
-	if _, wait, _ := l.reserve(t0.Add(350*time.Millisecond), true, false); wait != 350*time.Millisecond {
+	if _, wait, _ := l.reserve(t0.Add(350*time.Millisecond), background); wait != 350*time.Millisecond {
 		t.Fatalf("a background request 50 ms after an ordinary answer waits %v, want 350ms", wait)
 	}
-	if _, wait, freed := l.reserve(t0.Add(360*time.Millisecond), false, false); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(360*time.Millisecond), ordinary); wait != 0 || freed != nil {
 		t.Fatal("the queue's next request waited")
 	}
-	if _, wait, _ := l.reserve(t0.Add(700*time.Millisecond), true, false); wait != 60*time.Millisecond {
+	if _, wait, _ := l.reserve(t0.Add(700*time.Millisecond), background); wait != 60*time.Millisecond {
 		t.Fatalf("a background request 340 ms after an ordinary send waits %v, want 60ms", wait)
 	}
-	if _, wait, freed := l.reserve(t0.Add(800*time.Millisecond), true, false); wait != 0 || freed != nil {
+	if _, wait, freed := l.reserve(t0.Add(800*time.Millisecond), background); wait != 0 || freed != nil {
 		t.Fatalf("once ordinary requests paused, a background one still waits %v", wait)
 	}
 }
