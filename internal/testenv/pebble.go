@@ -106,17 +106,43 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// StartPebble runs Pebble and its DNS server until the test ends.
+// StartPebble runs Pebble and its DNS server until the test ends. Their ports are
+// picked free and then bound by the child processes, so another process may take
+// one in between (go test runs packages side by side): a start whose process exits
+// is retried on new ports, and a failure says what the process printed.
 func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	t.Helper()
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var p *Pebble
+		if p, err = startPebble(t, o); err == nil {
+			return p
+		}
+		t.Logf("starting pebble, attempt %d: %v", attempt, err)
+	}
+	t.Fatalf("pebble did not start: %v", err)
+	return nil
+}
+
+func startPebble(t testing.TB, o PebbleOptions) (*Pebble, error) {
 	pebble := ToolBinary(t, "pebble", "github.com/letsencrypt/pebble/v2/cmd/pebble")
 	challtest := ToolBinary(t, "pebble-challtestsrv", "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv")
 	dir := t.TempDir()
-	dnsPort := FreePort(t)
-	dns := exec.Command(challtest, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
-		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(FreePort(t)),
-		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "")
-	startLogged(t, dns, "challtestsrv", nil)
+	dnsPort, dnsMgmt := FreePort(t), FreePort(t)
+	dns := startLogged(t, exec.Command(challtest, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
+		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(dnsMgmt),
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""), "challtestsrv", nil)
+	// The management API answers once the DNS server is bound (it starts last).
+	if err := dns.waitFor(func() error {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", dnsMgmt))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}); err != nil {
+		dns.stop()
+		return nil, err
+	}
 
 	apiPort, mgmtPort := FreePort(t), FreePort(t)
 	o.Listen, o.Management = "127.0.0.1:"+strconv.Itoa(apiPort), "127.0.0.1:"+strconv.Itoa(mgmtPort)
@@ -129,7 +155,7 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	// No random wait before validating, and no nonces refused on purpose: the tests
 	// count orders, and a retried order would count twice.
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
-	startLogged(t, cmd, "pebble", func(line string) {
+	proc := startLogged(t, cmd, "pebble", func(line string) {
 		switch {
 		case strings.Contains(line, "Added order"):
 			p.orders.Add(1)
@@ -139,27 +165,73 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	})
 
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: apiRoots}}}
+	err = proc.waitFor(func() error {
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
+		if err != nil {
+			return err
+		}
+		pemBytes, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		p.IssuerRoots = x509.NewCertPool()
+		if resp.StatusCode != http.StatusOK || !p.IssuerRoots.AppendCertsFromPEM(pemBytes) {
+			return fmt.Errorf("root certificate: %s", resp.Status)
+		}
+		// The ACME API listens after the management one.
+		resp, err = client.Get(p.Directory)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	if err != nil {
+		proc.stop()
+		dns.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// process is a child started by startLogged.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when it has exited and its output is read
+	mu     sync.Mutex
+	tail   []string // its last lines of output
+}
+
+// waitFor polls ready until it succeeds, the process exits (an error with its last
+// lines) or 30 s pass.
+func (p *process) waitFor(ready func() error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
+		err := ready()
 		if err == nil {
-			pemBytes, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			p.IssuerRoots = x509.NewCertPool()
-			if resp.StatusCode == http.StatusOK && p.IssuerRoots.AppendCertsFromPEM(pemBytes) {
-				return p
-			}
+			return nil
+		}
+		select {
+		case <-p.exited:
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return fmt.Errorf("%s exited (%v): %s", p.name, p.cmd.ProcessState, strings.Join(p.tail, " | "))
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pebble did not start: %v", err)
+			return fmt.Errorf("%s not ready in 30s: %w", p.name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
+func (p *process) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // startLogged starts cmd, sends its output to the test log (and to each, line by
 // line) and stops it when the test ends.
-func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) {
+func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) *process {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -169,25 +241,28 @@ func startLogged(t testing.TB, cmd *exec.Cmd, name string, each func(string)) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
+	p := &process{name: name, cmd: cmd, exited: make(chan struct{})}
 	go func() {
-		defer wg.Done()
+		defer close(p.exited)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			line := sc.Text()
 			if each != nil {
-				each(sc.Text())
+				each(line)
 			}
 			if os.Getenv("TEST_VERBOSE_TOOLS") != "" {
-				fmt.Fprintf(os.Stderr, "%s: %s\n", name, sc.Text())
+				fmt.Fprintf(os.Stderr, "%s: %s\n", name, line)
 			}
+			p.mu.Lock()
+			if p.tail = append(p.tail, line); len(p.tail) > 5 {
+				p.tail = p.tail[1:]
+			}
+			p.mu.Unlock()
 		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		wg.Wait()
 		_ = cmd.Wait()
-	})
+	}()
+	t.Cleanup(p.stop)
+	return p
 }
 
 // WriteSelfSigned writes an ECDSA P-256 certificate for names and ips as
