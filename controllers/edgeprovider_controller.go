@@ -159,11 +159,15 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	var missing, unreachable []string
 	var rejected error
 	resolvedNow := 0
+	var wanted []providers.Zone
 	for _, z := range ep.Spec.Zones {
-		if _, ok := acct.Queue(z.Name); ok {
-			continue
+		if _, ok := acct.Queue(z.Name); !ok {
+			wanted = append(wanted, providers.Zone{Name: z.Name, ID: z.ID})
 		}
-		zone, err := acct.Provider.ResolveZone(ctx, providers.Zone{Name: z.Name, ID: z.ID})
+	}
+	resolved, errs := acct.Provider.ResolveZones(ctx, wanted)
+	for i, zone := range resolved {
+		z, err := wanted[i], errs[i]
 		switch {
 		case err == nil:
 			opts := r.QueueOptions

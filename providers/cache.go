@@ -245,6 +245,11 @@ func (c *Cached) Invalidate(zone Zone) {
 	delete(c.zones, zone.ID)
 }
 
+// ResolveZones forwards to the provider's ZonesResolver, or resolves one zone at a time.
+func (c *Cached) ResolveZones(ctx context.Context, zones []Zone) ([]Zone, []error) {
+	return ResolveZones(ctx, c.Provider, zones)
+}
+
 // BatchLimit forwards to the provider when it is Batched; zero (unlimited) otherwise.
 func (c *Cached) BatchLimit() Cost {
 	if b, ok := c.Provider.(Batched); ok {

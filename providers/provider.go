@@ -147,6 +147,29 @@ type Provider interface {
 	Normalize(r Record) Record
 }
 
+// ZonesResolver is implemented by providers that resolve many zones in fewer requests
+// than one each. An account's zones are resolved before anything is listed or
+// written: at Route53's 5 requests a second, ten looked up one by one held every
+// write back by 2 s.
+type ZonesResolver interface {
+	// ResolveZones is ResolveZone for each zone: the zones and errors answer the
+	// zones given, index for index.
+	ResolveZones(ctx context.Context, zones []Zone) ([]Zone, []error)
+}
+
+// ResolveZones resolves zones with the provider's ZonesResolver when it has one, and
+// with one ResolveZone each otherwise; results and errors answer zones index for index.
+func ResolveZones(ctx context.Context, p Provider, zones []Zone) ([]Zone, []error) {
+	if r, ok := p.(ZonesResolver); ok {
+		return r.ResolveZones(ctx, zones)
+	}
+	out, errs := make([]Zone, len(zones)), make([]error, len(zones))
+	for i, z := range zones {
+		out[i], errs[i] = p.ResolveZone(ctx, z)
+	}
+	return out, errs
+}
+
 // Batched is implemented by providers that apply changes in batches with a limit per
 // request, so that callers can fill batches.
 type Batched interface {

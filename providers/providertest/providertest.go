@@ -138,6 +138,10 @@ func testResolveZone(t *testing.T, env *Env) {
 	if err == nil || !providers.IsPermanent(err) {
 		t.Errorf("a zone that does not exist: want a permanent error, got %v", err)
 	}
+	zs, errs := providers.ResolveZones(ctx, env.Provider, []providers.Zone{{Name: "missing.example.org"}, {Name: ZoneName}})
+	if errs[0] == nil || !providers.IsPermanent(errs[0]) || errs[1] != nil || zs[1].ID != env.ZoneID {
+		t.Errorf("resolving a missing zone and %s together: %+v, %v; want a permanent error and id %q", ZoneName, zs, errs, env.ZoneID)
+	}
 }
 
 func testCreateUpdateDelete(t *testing.T, env *Env) {

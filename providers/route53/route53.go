@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -160,6 +161,78 @@ func (p *Provider) ResolveZone(ctx context.Context, zone providers.Zone) (provid
 		}
 	}
 	return zone, p.permanent(op, "hosted zone %s not found in this account", zone.Name)
+}
+
+// ResolveZones implements providers.ZonesResolver. Zones given with an id are checked
+// one by one; those looked up by name are found in ListHostedZonesByName pages.
+// Route53 lists zones in the order of their reversed labels (com.example.eu), so one
+// page of 100 from the first name wanted answers every wanted name up to the page's
+// last, and the next request starts at the first name still unanswered. One
+// application's zones sit together in that order: ten resolve in one request, where
+// they took ten; zones scattered among thousands take at most one request each.
+func (p *Provider) ResolveZones(ctx context.Context, zones []providers.Zone) ([]providers.Zone, []error) {
+	const op = "ResolveZone"
+	out, errs := slices.Clone(zones), make([]error, len(zones))
+	var byName []int
+	for i, z := range zones {
+		if z.ID != "" {
+			out[i], errs[i] = p.ResolveZone(ctx, z)
+			continue
+		}
+		byName = append(byName, i)
+	}
+	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(listOrder(zones[a].Name), listOrder(zones[b].Name)) })
+	listCtx := providers.WithOperation(ctx, op)
+	for len(byName) > 0 {
+		first := zones[byName[0]].Name
+		page, err := p.client.ListHostedZonesByName(listCtx, &r53.ListHostedZonesByNameInput{
+			DNSName: aws.String(first), MaxItems: aws.Int32(100),
+		})
+		if err != nil {
+			for _, i := range byName {
+				errs[i] = p.classify(op, err)
+			}
+			break
+		}
+		public := map[string]string{} // name -> id, the first public zone of each name
+		for _, z := range page.HostedZones {
+			name := providers.CanonicalName(aws.ToString(z.Name))
+			if _, seen := public[name]; !seen && (z.Config == nil || !z.Config.PrivateZone) {
+				public[name] = strings.TrimPrefix(aws.ToString(z.Id), "/hostedzone/")
+			}
+		}
+		// A truncated page answers for the names before its last; one at or after it
+		// may be on the next page.
+		last := ""
+		if page.IsTruncated && len(page.HostedZones) > 0 {
+			last = listOrder(providers.CanonicalName(aws.ToString(page.HostedZones[len(page.HostedZones)-1].Name)))
+		}
+		rest := byName[:0]
+		for _, i := range byName {
+			switch id, ok := public[zones[i].Name]; {
+			case ok:
+				out[i].ID = id
+			case last != "" && listOrder(zones[i].Name) >= last:
+				rest = append(rest, i)
+			default:
+				errs[i] = p.permanent(op, "hosted zone %s not found in this account", zones[i].Name)
+			}
+		}
+		if len(rest) > 0 && zones[rest[0]].Name == first {
+			// A whole page of zones named first, none public: no progress by pages.
+			out[rest[0]], errs[rest[0]] = p.ResolveZone(ctx, zones[rest[0]])
+			rest = rest[1:]
+		}
+		byName = rest
+	}
+	return out, errs
+}
+
+// listOrder is the key Route53 lists hosted zones by: the labels reversed.
+func listOrder(name string) string {
+	labels := strings.Split(name, ".")
+	slices.Reverse(labels)
+	return strings.Join(labels, ".")
 }
 
 // ListRecords implements providers.Provider with the record-set paginator, joining

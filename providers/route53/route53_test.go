@@ -154,3 +154,47 @@ func TestCreatesAreCountedOnce(t *testing.T) {
 		t.Fatalf("1000 creates took %d requests, want 4", got)
 	}
 }
+
+// TestZonesResolveInFewRequests: an account's zones looked up by name come from
+// ListHostedZonesByName pages, one request for zones that sit together in Route53's
+// order however many others the account has, and a request more for each group that
+// lies beyond the page before. Zones not in the account are permanent errors, and
+// a zone given with its id is checked by that id.
+func TestZonesResolveInFewRequests(t *testing.T) {
+	env, emu := newEnv(t)
+	for i := range 250 {
+		emu.AddZone(fmt.Sprintf("z%03d.other.test", i)) // sorted between the groups below
+	}
+	want := map[string]string{}
+	var zones []providers.Zone
+	for i := range 10 {
+		for _, suffix := range []string{"tenants.app.test", "tenants.zz.test"} {
+			name := fmt.Sprintf("r%d.%s", i, suffix)
+			want[name] = emu.AddZone(name)
+			zones = append(zones, providers.Zone{Name: name})
+		}
+	}
+	zones = append(zones, providers.Zone{Name: "missing.app.test"}, providers.Zone{Name: "r1.tenants.zz.test", ID: want["r1.tenants.zz.test"]},
+		providers.Zone{Name: "missing.zz.test"}, providers.Zone{Name: "a.zzz"})
+	lookups := func() int { return emu.Counters()["GET /2013-04-01/hostedzonesbyname"] }
+	before := lookups()
+	got, errs := providers.ResolveZones(context.Background(), env.Provider, zones)
+	// app.test's 10 and the missing one in one page; other.test's 250 lie between
+	// them and zz.test's group, which takes a second page; a.zzz, after them all, is
+	// on that page too (it is not truncated).
+	if n := lookups() - before; n != 2 {
+		t.Errorf("%d ListHostedZonesByName requests for 2 groups of zones, want 2", n)
+	}
+	for i, z := range zones {
+		switch {
+		case strings.HasPrefix(z.Name, "missing.") || z.Name == "a.zzz":
+			if errs[i] == nil || !providers.IsPermanent(errs[i]) {
+				t.Errorf("%s, not in the account: %v, want a permanent error", z.Name, errs[i])
+			}
+		case errs[i] != nil:
+			t.Errorf("%s: %v", z.Name, errs[i])
+		case got[i].Name != z.Name || got[i].ID != want[z.Name]:
+			t.Errorf("zone %d resolved to %+v, want %s with id %s", i, got[i], z.Name, want[z.Name])
+		}
+	}
+}
