@@ -147,7 +147,9 @@ func usage(pid int) (peakMiB, cpuSeconds float64) {
 }
 
 // minimumCalls is the fewest calls each provider can take to write every route's
-// record: for the sync, a lookup and a listing of each empty zone and the creates; for
+// record: for the sync, the zones' lookups (one each at Cloudflare; one page of
+// Route53's list, where the harness's zones sit together), a listing of each empty
+// zone and the creates; for
 // a failover, the updates to the AWS edge (the zones are known and cached). The
 // changes are packed by the providers' own costs and limits, as their batchers pack
 // them: Route53's by its 32,000 characters of values (an ownership record with each
@@ -171,15 +173,18 @@ func (r *run) minimumCalls(failover bool) (cloudflareCalls, route53Calls int) {
 		}
 		perZone[zone] = append(perZone[zone], c)
 	}
-	count := func(p costs) int {
+	count := func(p costs, lookups int) int {
 		calls := 0
+		if !failover {
+			calls += lookups
+		}
 		for _, changes := range perZone {
 			if !failover {
-				calls += 2 // the zone's lookup and its listing
+				calls++ // the zone's listing
 			}
 			calls += providers.Batcher{Limit: p.BatchLimit(), Cost: p.ChangeCost}.Batches(changes)
 		}
 		return calls
 	}
-	return count(cloudflare.New(cloudflare.Options{})), count(&route53.Provider{})
+	return count(cloudflare.New(cloudflare.Options{}), len(perZone)), count(&route53.Provider{}, 1)
 }
