@@ -52,3 +52,73 @@ func TestAFanOutWaitsBehindARoutesOwnNews(t *testing.T) {
 		t.Fatalf("%d more reconciles queued", n)
 	}
 }
+
+// A route whose records waited for an account (or a zone) is reconciled with the
+// routes' own news once the account is ready, not behind the fan-out and the empty
+// answers queued before: at the start of a sync those come by the thousand from the
+// account that connected first, and the records for the second one starved behind
+// them. A route awaiting another edge stays where it was.
+func TestRoutesAwaitingAnAccountGoAheadOnceItIsReady(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+	var reqs requests
+	if err := reqs.start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	var waiting awaiting
+	reqs.addLow(key("empty-answer"))
+	waiting.add("cloudflare", key("records-for-cloudflare"))
+	waiting.add("aws", key("records-for-aws"))
+	waiting.add("cloudflare", key("records-for-cloudflare")) // reconciled twice meanwhile
+	reqs.add(key("records-landed"))
+	waiting.release("cloudflare", reqs.add)
+	waiting.release("cloudflare", reqs.add) // released once only
+
+	want := []string{"records-landed", "records-for-cloudflare", "empty-answer"}
+	for i, name := range want {
+		got, priority, _ := q.GetWithPriority()
+		q.Done(got)
+		if got.Name != name {
+			t.Fatalf("reconcile %d is %s (priority %d), want %s; order wanted: %v", i+1, got.Name, priority, name, want)
+		}
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d more reconciles queued, want none (records-for-aws awaits aws)", n)
+	}
+}
+
+// The routes of the informer's initial listing are planned at the default priority,
+// in the order listed, before news that came after them: until a route is planned it
+// has no records in any queue and no news will come for it, and at For's low priority
+// the last of 10,000 waited behind the news of all the others. Empty answers and
+// fan-outs still wait.
+func TestTheInitialListingIsPlannedBeforeLaterNews(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+	var reqs requests
+	if err := reqs.start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	reqs.addLow(key("empty-answer"))
+	forHandler := handler.WithLowPriorityWhenUnchanged(handler.EventHandler(&handler.EnqueueRequestForObject{}))
+	first := firstPlanAtDefaultPriority()
+	for _, name := range []string{"listed-1", "listed-2"} {
+		tr := &v1.TenantRoute{}
+		tr.Name, tr.Namespace = name, "ns"
+		e := event.CreateEvent{Object: tr, IsInInitialList: true}
+		forHandler.Create(context.Background(), e, q)
+		first.Create(context.Background(), e, q)
+	}
+	reqs.add(key("records-landed"))
+
+	want := []string{"listed-1", "listed-2", "records-landed", "empty-answer"}
+	for i, name := range want {
+		got, priority, _ := q.GetWithPriority()
+		q.Done(got)
+		if got.Name != name {
+			t.Fatalf("reconcile %d is %s (priority %d), want %s; order wanted: %v", i+1, got.Name, priority, name, want)
+		}
+	}
+}

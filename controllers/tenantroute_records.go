@@ -19,6 +19,9 @@ type edgeState struct {
 	pending  bool
 	// connecting: the EdgeProvider has not been connected since the operator started.
 	connecting bool
+	// awaiting: records the route wants could not be handed to a queue, the account or
+	// the zone not being ready; the route is reconciled ahead of fan-outs once it is.
+	awaiting bool
 	errs       []string
 	rejected   []string
 	conflicts  []string
@@ -173,10 +176,11 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	if acct == nil && !r.Accounts.Tried(s.edge) {
 		// Not connected yet since the operator started: the route is reconciled again
 		// once it is, and meanwhile says nothing that the next moment would undo.
-		s.pending, s.connecting = true, true
+		s.pending, s.connecting, s.awaiting = true, true, len(records) > 0
 		return zonequeue.Outcome{}, false
 	}
 	if acct == nil {
+		s.awaiting = s.awaiting || len(records) > 0
 		if !slices.ContainsFunc(s.errs, func(e string) bool { return strings.Contains(e, "not ready") }) {
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready (see its CredentialsReady and ZonesReady conditions)", s.edge))
 		}
@@ -185,6 +189,7 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	q, ok := acct.Queue(zone)
 	if !ok {
 		if len(records) > 0 {
+			s.awaiting = true
 			s.errs = append(s.errs, fmt.Sprintf("zone %s of EdgeProvider %s is not ready (see its ZonesReady condition)", zone, s.edge))
 		}
 		return zonequeue.Outcome{}, false
