@@ -40,14 +40,7 @@ func TestAFanOutWaitsBehindARoutesOwnNews(t *testing.T) {
 	reqs.add(key("records-landed"))
 	reqs.add(key("fanned-2")) // its records landed too
 
-	want := []string{"records-landed", "fanned-2", "asked-low-before-the-start", "fanned-1", "fanned-3", "empty-answer"}
-	for i, name := range want {
-		got, priority, _ := q.GetWithPriority()
-		q.Done(got)
-		if got.Name != name {
-			t.Fatalf("reconcile %d is %s (priority %d), want %s; order wanted: %v", i+1, got.Name, priority, name, want)
-		}
-	}
+	expectOrder(t, q, "records-landed", "fanned-2", "asked-low-before-the-start", "fanned-1", "fanned-3", "empty-answer")
 	if n := q.Len(); n != 0 {
 		t.Fatalf("%d more reconciles queued", n)
 	}
@@ -59,30 +52,17 @@ func TestAFanOutWaitsBehindARoutesOwnNews(t *testing.T) {
 // account that connected first, and the records for the second one starved behind
 // them. A route awaiting another edge stays where it was.
 func TestRoutesAwaitingAnAccountGoAheadOnceItIsReady(t *testing.T) {
-	q := priorityqueue.New[reconcile.Request]("test")
-	defer q.ShutDown()
-	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
-	var reqs requests
-	if err := reqs.start(context.Background(), q); err != nil {
-		t.Fatal(err)
-	}
+	reqs, q := startedRequests(t)
 	var waiting awaiting
-	reqs.addLow(key("empty-answer"))
-	waiting.add("cloudflare", key("records-for-cloudflare"))
-	waiting.add("aws", key("records-for-aws"))
-	waiting.add("cloudflare", key("records-for-cloudflare")) // reconciled twice meanwhile
-	reqs.add(key("records-landed"))
+	reqs.addLow(nsKey("empty-answer"))
+	waiting.add("cloudflare", nsKey("records-for-cloudflare"))
+	waiting.add("aws", nsKey("records-for-aws"))
+	waiting.add("cloudflare", nsKey("records-for-cloudflare")) // reconciled twice meanwhile
+	reqs.add(nsKey("records-landed"))
 	waiting.release("cloudflare", reqs.add)
 	waiting.release("cloudflare", reqs.add) // released once only
 
-	want := []string{"records-landed", "records-for-cloudflare", "empty-answer"}
-	for i, name := range want {
-		got, priority, _ := q.GetWithPriority()
-		q.Done(got)
-		if got.Name != name {
-			t.Fatalf("reconcile %d is %s (priority %d), want %s; order wanted: %v", i+1, got.Name, priority, name, want)
-		}
-	}
+	expectOrder(t, q, "records-landed", "records-for-cloudflare", "empty-answer")
 	if n := q.Len(); n != 0 {
 		t.Fatalf("%d more reconciles queued, want none (records-for-aws awaits aws)", n)
 	}
@@ -94,14 +74,8 @@ func TestRoutesAwaitingAnAccountGoAheadOnceItIsReady(t *testing.T) {
 // the last of 10,000 waited behind the news of all the others. Empty answers and
 // fan-outs still wait.
 func TestTheInitialListingIsPlannedBeforeLaterNews(t *testing.T) {
-	q := priorityqueue.New[reconcile.Request]("test")
-	defer q.ShutDown()
-	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
-	var reqs requests
-	if err := reqs.start(context.Background(), q); err != nil {
-		t.Fatal(err)
-	}
-	reqs.addLow(key("empty-answer"))
+	reqs, q := startedRequests(t)
+	reqs.addLow(nsKey("empty-answer"))
 	forHandler := handler.WithLowPriorityWhenUnchanged(handler.EventHandler(&handler.EnqueueRequestForObject{}))
 	first := firstPlanAtDefaultPriority()
 	for _, name := range []string{"listed-1", "listed-2"} {
@@ -111,9 +85,31 @@ func TestTheInitialListingIsPlannedBeforeLaterNews(t *testing.T) {
 		forHandler.Create(context.Background(), e, q)
 		first.Create(context.Background(), e, q)
 	}
-	reqs.add(key("records-landed"))
+	reqs.add(nsKey("records-landed"))
 
-	want := []string{"listed-1", "listed-2", "records-landed", "empty-answer"}
+	expectOrder(t, q, "listed-1", "listed-2", "records-landed", "empty-answer")
+}
+
+// startedRequests returns requests feeding a new priority queue, and a name's key.
+func startedRequests(t *testing.T) (*requests, priorityqueue.PriorityQueue[reconcile.Request]) {
+	t.Helper()
+	q := priorityqueue.New[reconcile.Request]("test")
+	t.Cleanup(q.ShutDown)
+	reqs := &requests{}
+	if err := reqs.start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	return reqs, q
+}
+
+func nsKey(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: "ns", Name: name}
+}
+
+// expectOrder takes len(want) reconciles from q and fails unless they are want's names
+// in order.
+func expectOrder(t *testing.T, q priorityqueue.PriorityQueue[reconcile.Request], want ...string) {
+	t.Helper()
 	for i, name := range want {
 		got, priority, _ := q.GetWithPriority()
 		q.Done(got)

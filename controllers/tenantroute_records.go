@@ -21,10 +21,10 @@ type edgeState struct {
 	connecting bool
 	// awaiting: records the route wants could not be handed to a queue, the account or
 	// the zone not being ready; the route is reconciled ahead of fan-outs once it is.
-	awaiting bool
-	errs       []string
-	rejected   []string
-	conflicts  []string
+	awaiting  bool
+	errs      []string
+	rejected  []string
+	conflicts []string
 	// movedAt: when the queue holding its pending records that moved least recently
 	// last moved (zonequeue.Queue.Progress); set tells it was seen.
 	movedAt  time.Time
