@@ -35,3 +35,26 @@ func TestRetiredRoutesGetNoRecords(t *testing.T) {
 		t.Error("a route created again under the same name declared nothing")
 	}
 }
+
+// A route whose records wait for an EdgeProvider not connected yet is marked awaiting
+// it, whatever order its zones come in (the empty desires in the edge's other zones
+// included); a route with no records for the edge is not.
+func TestRecordsForAnAccountNotConnectedYetAwaitIt(t *testing.T) {
+	r := &TenantRouteReconciler{Accounts: newAccounts(context.Background())}
+	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "uid-1"},
+		Spec: v1.TenantRouteSpec{Edges: []string{"cf", "aws"}}}
+	record := []providers.Record{{Name: "r.example.com", Type: "CNAME"}}
+	plan := &routePlan{edges: map[string]*v1.EdgeProvider{"cf": {}, "aws": {}}, active: "cf",
+		zones: []desired.ZoneRecords{
+			{Edge: "cf", Zone: "example.com", Records: record},
+			{Edge: "cf", Zone: "example.org"}, // an empty desire after the records
+			{Edge: "aws", Zone: "example.org"},
+		}}
+	awaiting := map[string]bool{}
+	for _, s := range r.declareRecords(route, "default/ns/r", plan, nil) {
+		awaiting[s.edge] = s.awaiting
+	}
+	if !awaiting["cf"] || awaiting["aws"] {
+		t.Errorf("awaiting by edge %v, want cf (its records wait) and not aws (nothing for it)", awaiting)
+	}
+}

@@ -291,10 +291,10 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 // edgeReady reconciles the TenantRoutes of an EdgeProvider whose account was just
 // installed (or whose zones were just resolved): they may have found it not ready.
 // Those that did have records for it, and go in with a route's own news; the others
-// at low priority, as a fan-out. All at low priority, the routes whose records waited
-// for the second account of a sync starved behind the stream of news from the first:
-// their records landed as the last statuses were written, 54 s into a 10,000-route
-// sync whose records otherwise converge in 10.
+// at low priority, as a fan-out. At low priority, a route whose records wait for the
+// second account of a sync would wait behind the news of the first account's records
+// as long as statuses are being written, as the initial listing did (see
+// firstPlanAtDefaultPriority).
 func (r *TenantRouteReconciler) edgeReady(edge string) {
 	r.awaiting.release(edge, r.requests.add)
 	go func() {

@@ -176,7 +176,8 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	if acct == nil && !r.Accounts.Tried(s.edge) {
 		// Not connected yet since the operator started: the route is reconciled again
 		// once it is, and meanwhile says nothing that the next moment would undo.
-		s.pending, s.connecting, s.awaiting = true, true, len(records) > 0
+		s.pending, s.connecting = true, true
+		s.awaiting = s.awaiting || len(records) > 0 // desire is called for every zone of the edge
 		return zonequeue.Outcome{}, false
 	}
 	if acct == nil {
