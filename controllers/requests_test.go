@@ -21,24 +21,23 @@ import (
 func TestAFanOutWaitsBehindARoutesOwnNews(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
 	var reqs requests
-	reqs.addLow(key("asked-low-before-the-start"))
+	reqs.addLow(nsKey("asked-low-before-the-start"))
 	if err := reqs.start(context.Background(), q); err != nil {
 		t.Fatal(err)
 	}
 
 	fanOut := lowPriority(handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: key("fanned-1")}, {NamespacedName: key("fanned-2")}, {NamespacedName: key("fanned-3")}}
+		return []reconcile.Request{{NamespacedName: nsKey("fanned-1")}, {NamespacedName: nsKey("fanned-2")}, {NamespacedName: nsKey("fanned-3")}}
 	}))
 	old := &v1.EdgeProvider{}
 	old.ResourceVersion = "1"
 	cur := old.DeepCopy()
 	cur.ResourceVersion = "2"
 	fanOut.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
-	reqs.addLow(key("empty-answer"))
-	reqs.add(key("records-landed"))
-	reqs.add(key("fanned-2")) // its records landed too
+	reqs.addLow(nsKey("empty-answer"))
+	reqs.add(nsKey("records-landed"))
+	reqs.add(nsKey("fanned-2")) // its records landed too
 
 	expectOrder(t, q, "records-landed", "fanned-2", "asked-low-before-the-start", "fanned-1", "fanned-3", "empty-answer")
 	if n := q.Len(); n != 0 {
@@ -90,7 +89,7 @@ func TestTheInitialListingIsPlannedBeforeLaterNews(t *testing.T) {
 	expectOrder(t, q, "listed-1", "listed-2", "records-landed", "empty-answer")
 }
 
-// startedRequests returns requests feeding a new priority queue, and a name's key.
+// startedRequests returns requests feeding a new priority queue.
 func startedRequests(t *testing.T) (*requests, priorityqueue.PriorityQueue[reconcile.Request]) {
 	t.Helper()
 	q := priorityqueue.New[reconcile.Request]("test")
