@@ -183,6 +183,7 @@ func (p *Provider) ResolveZones(ctx context.Context, zones []providers.Zone) ([]
 	}
 	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(listOrder(zones[a].Name), listOrder(zones[b].Name)) })
 	listCtx := providers.WithOperation(ctx, op)
+	var missing []int
 	for len(byName) > 0 {
 		first := zones[byName[0]].Name
 		page, err := p.client.ListHostedZonesByName(listCtx, &r53.ListHostedZonesByNameInput{
@@ -215,7 +216,10 @@ func (p *Provider) ResolveZones(ctx context.Context, zones []providers.Zone) ([]
 			case last != "" && listOrder(zones[i].Name) >= last:
 				rest = append(rest, i)
 			default:
-				errs[i] = p.permanent(op, "hosted zone %s not found in this account", zones[i].Name)
+				// Not where it would be. Only a lookup of its own says it is missing: it
+				// costs a request for a zone that is an error anyway, and a name our
+				// order places differently from Route53's is found, not refused.
+				missing = append(missing, i)
 			}
 		}
 		if len(rest) > 0 && zones[rest[0]].Name == first {
@@ -224,6 +228,9 @@ func (p *Provider) ResolveZones(ctx context.Context, zones []providers.Zone) ([]
 			rest = rest[1:]
 		}
 		byName = rest
+	}
+	for _, i := range missing {
+		out[i], errs[i] = p.ResolveZone(ctx, zones[i])
 	}
 	return out, errs
 }
