@@ -133,8 +133,9 @@ func startPebble(t testing.TB, o PebbleOptions) (*Pebble, error) {
 		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(dnsMgmt),
 		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""), "challtestsrv", nil)
 	// The management API answers once the DNS server is bound (it starts last).
+	probe := &http.Client{Timeout: 5 * time.Second}
 	if err := dns.waitFor(func() error {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", dnsMgmt))
+		resp, err := probe.Get(fmt.Sprintf("http://127.0.0.1:%d/", dnsMgmt))
 		if err == nil {
 			resp.Body.Close()
 		}

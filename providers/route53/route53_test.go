@@ -3,9 +3,12 @@ package route53_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/providertest"
@@ -197,5 +200,55 @@ func TestZonesResolveInFewRequests(t *testing.T) {
 		case got[i].Name != z.Name || got[i].ID != want[z.Name]:
 			t.Errorf("zone %d resolved to %+v, want %s with id %s", i, got[i], z.Name, want[z.Name])
 		}
+	}
+}
+
+// TestZonePagesThatMisleadEndInLookups: an API whose ListHostedZonesByName pages say
+// "truncated" with no zone, or list only names before the one asked for, neither
+// loops nor finds a zone: the resolution ends within a request a zone or two, every
+// zone a permanent error (the lookup of its own finds nothing either).
+func TestZonePagesThatMisleadEndInLookups(t *testing.T) {
+	for name, page := range map[string]string{
+		"truncated and empty": ``,
+		"names before the one asked for": `<HostedZone><Id>/hostedzone/Z1</Id><Name>aaa.test.</Name><CallerReference>x</CallerReference>` +
+			`<Config><PrivateZone>false</PrivateZone></Config><ResourceRecordSetCount>2</ResourceRecordSetCount></HostedZone>`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.Header().Set("Content-Type", "text/xml")
+				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+					`<ListHostedZonesByNameResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/">`+
+					`<HostedZones>%s</HostedZones><DNSName>%s</DNSName><IsTruncated>true</IsTruncated><MaxItems>100</MaxItems>`+
+					`</ListHostedZonesByNameResponse>`, page, r.URL.Query().Get("dnsname"))
+			}))
+			t.Cleanup(srv.Close)
+			p, err := route53.New(context.Background(), route53.Options{
+				Name: "route53", Endpoint: srv.URL, AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, RateLimit: 1000, RateWindow: time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var zones []providers.Zone
+			for i := range 5 {
+				zones = append(zones, providers.Zone{Name: fmt.Sprintf("z%d.tenants.test", i)})
+			}
+			done := make(chan []error, 1)
+			go func() { _, errs := providers.ResolveZones(context.Background(), p, zones); done <- errs }()
+			select {
+			case errs := <-done:
+				for i, err := range errs {
+					if err == nil || !providers.IsPermanent(err) {
+						t.Errorf("%s: %v, want a permanent error", zones[i].Name, err)
+					}
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("resolving did not end: %d requests so far", requests.Load())
+			}
+			if n := requests.Load(); n > 2*int64(len(zones))+1 {
+				t.Errorf("%d requests for %d zones, want at most %d", n, len(zones), 2*len(zones)+1)
+			}
+		})
 	}
 }
