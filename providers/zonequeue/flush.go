@@ -2,6 +2,7 @@ package zonequeue
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -36,6 +37,10 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	}
 
 	current, err := q.list(ctx, p)
+	if errors.Is(err, errListingDropped) {
+		q.giveBack(p)
+		return nil
+	}
 	if err != nil {
 		q.listFailed(p, err)
 		return err
@@ -193,6 +198,11 @@ func (q *Queue) take() *pending {
 	q.expedite = false
 	q.pendingCost, q.full = providers.Cost{}, false
 	q.sweep, q.resyncing = false, false
+	if p.resync && len(p.batch) > 0 && q.mayDefer() {
+		// Writes first, planned on the cache; the resync comes with the next flush.
+		p.resync, q.resyncing = false, true
+		q.touch()
+	}
 	return p
 }
 
@@ -204,9 +214,24 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 	var err error
 	if r, ok := q.provider.(relister); ok && p.resync {
 		// A resync's listing is hundreds of pages at 100,000 routes; the writes of
-		// other zones (a failover) go first.
+		// other zones (a failover) go first, and a desire in this zone drops it (see
+		// mayDefer).
+		lctx, drop := context.WithCancelCause(providers.Background(ctx))
+		defer drop(nil)
+		q.mu.Lock()
+		if q.mayDefer() {
+			q.dropListing = func() { drop(errListingDropped) }
+		}
+		q.mu.Unlock()
 		var drifted map[string]bool
-		if current, drifted, err = r.Relist(providers.Background(ctx), q.zone); err == nil {
+		current, drifted, err = r.Relist(lctx, q.zone)
+		q.mu.Lock()
+		q.dropListing = nil
+		q.mu.Unlock()
+		switch {
+		case err != nil && errors.Is(context.Cause(lctx), errListingDropped):
+			return nil, errListingDropped
+		case err == nil:
 			q.replanDrifted(p.batch, current, drifted)
 		}
 	} else {

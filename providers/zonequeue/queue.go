@@ -162,9 +162,13 @@ type Queue struct {
 	// those with nothing here without planning them. An initial sync declares ten
 	// such desires per route over 10 zones, and keeping each as an owner, with its
 	// plan and outcome in the flush, was half the manager's heap at its peak.
-	unlisted    map[string]struct{}
-	sweep       bool // the next flush looks for orphans
-	resyncing   bool // the next flush lists the zone again for a resync
+	unlisted  map[string]struct{}
+	sweep     bool // the next flush looks for orphans
+	resyncing bool // the next flush lists the zone again for a resync
+	// resyncAsked is when the pending resync was asked for; dropListing ends the
+	// resync's listing in progress, nil when none can be dropped. See mayDefer.
+	resyncAsked time.Time
+	dropListing func()
 	firstDirty  time.Time
 	lastDesired time.Time
 	expedite    bool
@@ -382,6 +386,10 @@ func (q *Queue) markDirty(o *owner) {
 		q.full = q.full || lim.over(q.pendingCost)
 	}
 	o.dirty = true
+	if q.dropListing != nil && q.mayDefer() {
+		q.dropListing()
+		q.dropListing = nil
+	}
 	q.touch()
 }
 

@@ -2,6 +2,7 @@ package zonequeue
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -28,6 +29,9 @@ func (q *Queue) resyncAll() {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !q.resyncing {
+		q.resyncAsked = time.Now()
+	}
 	q.resyncing = true
 	if relists {
 		q.touch() // the flush decides whom to re-plan once it has listed
@@ -37,6 +41,48 @@ func (q *Queue) resyncAll() {
 		}
 	}
 	q.scheduleSweep()
+}
+
+// errListingDropped ends a resync's listing that writes came to go before.
+var errListingDropped = errors.New("the resync's listing gave way to writes")
+
+// mayDefer reports whether the pending resync may wait for writes: a resync's listing
+// is hundreds of pages at 100,000 routes, at the account's rate limit, and a
+// failover's writes in the zone waited for all of them. Writes are planned on the
+// zone's cache meanwhile, which the operator's own writes keep current. A provider
+// without a cache re-plans every owner on a resync, which is then the write; a zone
+// never listed has no cache; and a resync that has waited half a period goes ahead
+// whatever comes, so that a steady stream of desires cannot hold it off for ever and
+// the cache (kept two periods from the last resync's listing) does not expire first:
+// a write on an expired cache lists the zone itself, and the drift the resync is
+// for would go unnoticed. q.mu must be held.
+func (q *Queue) mayDefer() bool {
+	_, relists := q.provider.(relister)
+	return relists && q.present != nil && time.Since(q.resyncAsked) < q.opts.Resync/2
+}
+
+// giveBack returns a flush whose resync listing was dropped to the queue, as it was
+// taken: its owners are pending again (those with a newer desire already are), and
+// the resync and sweep wait for the next flush with nothing else to do.
+func (q *Queue) giveBack(p *pending) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key := range p.batch {
+		if o := q.owners[key]; o != nil && !o.dirty {
+			q.markDirty(o)
+		}
+	}
+	for key := range p.unlisted {
+		if _, known := q.owners[key]; !known {
+			if q.unlisted == nil {
+				q.unlisted = map[string]struct{}{}
+			}
+			q.unlisted[key] = struct{}{}
+		}
+	}
+	q.sweep = q.sweep || p.sweep
+	q.resyncing = true
+	q.touch()
 }
 
 // replanDrifted adds to a resync's batch the owners it concerns: those with records
