@@ -44,10 +44,16 @@ func (c *checker) run(ctx context.Context, every time.Duration) {
 	}
 }
 
+// grantsWait bounds one read of the grants (20 routes: milliseconds when the API
+// server can answer).
+const grantsWait = 2 * time.Second
+
 // grantsOf maps each hostname to the routes whose saved status grants it (a name a
 // route releases included: its records are still in DNS), and counts the routes that
 // list each.
 func grantsOf(ctx context.Context, w *harness.World) (grants map[string][]string, listed map[string]int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, grantsWait)
+	defer cancel()
 	var list v1.TenantRouteList
 	if err := w.Client.List(ctx, &list, client.InNamespace(harness.RoutesNamespace), client.HasLabels{movedLabel}); err != nil {
 		return nil, nil, err
@@ -79,7 +85,9 @@ func (c *checker) sample(ctx context.Context) {
 	// used (docs/operating.md, Conflicts): a name only one route lists may lead to it
 	// before its status says so.
 	// While the API server is down the grants cannot be read; what DNS and the
-	// proxies say is still compared.
+	// proxies say is still compared. While etcd is down the API server holds a read
+	// until its own timeout, so each read gets grantsWait: DNS and the proxies are
+	// still sampled through an etcd outage instead of once at its end.
 	before, listedBefore, errBefore := grantsOf(ctx, c.w)
 	cf, r53 := dnsOwners(c.w)
 	// A few keep-alive connections per proxy: a burst of one per hostname would meet
