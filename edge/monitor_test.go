@@ -92,6 +92,51 @@ func TestMonitorProbesAnUnknownEdgeAtOnce(t *testing.T) {
 	}
 }
 
+// A new edge that passes its probes is decided Healthy in less than an interval; one
+// that fails them is not decided Unhealthy sooner than its interval allows.
+func TestMonitorDecidesANewHealthyEdgeWithinAnInterval(t *testing.T) {
+	var failing atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	transitions := make(chan Transition, 10)
+	m := NewMonitor()
+	m.OnTransition = func(tr Transition) { transitions <- tr }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = m.Start(ctx) }()
+
+	const interval = 4 * time.Second
+	start := time.Now()
+	m.Watch("cf", Check{URL: srv.URL, Interval: interval, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 3}, Unknown)
+	select {
+	case tr := <-transitions:
+		// Three successes: at once, then a quarter interval apart (2 s); an interval
+		// apart they took 8 s.
+		if took := time.Since(start); tr.To != Healthy || took >= interval {
+			t.Errorf("transition to %s after %s; want Healthy within an interval (%s)", tr.To, took, interval)
+		}
+	case <-time.After(3 * interval):
+		t.Fatal("a healthy new edge was not decided")
+	}
+
+	failing.Store(true)
+	const failInterval = time.Second
+	start = time.Now()
+	m.Watch("aws", Check{URL: srv.URL, Interval: failInterval, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 1}, Unknown)
+	select {
+	case tr := <-transitions:
+		if took := time.Since(start); tr.Edge != "aws" || tr.To != Unhealthy || took < failInterval*9/10 {
+			t.Errorf("%s went %s after %s; want Unhealthy after a whole interval (%s)", tr.Edge, tr.To, took, failInterval)
+		}
+	case <-time.After(10 * failInterval):
+		t.Fatal("a failing new edge was not decided")
+	}
+}
+
 func TestMonitorStartsFromTheReportedHealth(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
