@@ -25,12 +25,7 @@ func TestMonitorReportsTransitions(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	transitions := make(chan Transition, 10)
-	m := NewMonitor()
-	m.OnTransition = func(tr Transition) { transitions <- tr }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = m.Start(ctx) }()
+	m, transitions := startMonitor(t)
 	m.Watch("cf", Check{URL: srv.URL + "/healthz", HostHeader: "probe.example.com", Interval: 20 * time.Millisecond,
 		Timeout: 10 * time.Millisecond, FailureThreshold: 3, SuccessThreshold: 2}, Unknown)
 
@@ -102,12 +97,7 @@ func TestMonitorDecidesANewHealthyEdgeWithinAnInterval(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	transitions := make(chan Transition, 10)
-	m := NewMonitor()
-	m.OnTransition = func(tr Transition) { transitions <- tr }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = m.Start(ctx) }()
+	m, transitions := startMonitor(t)
 
 	const interval = 4 * time.Second
 	start := time.Now()
@@ -140,12 +130,7 @@ func TestMonitorDecidesANewHealthyEdgeWithinAnInterval(t *testing.T) {
 func TestMonitorStartsFromTheReportedHealth(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	transitions := make(chan Transition, 10)
-	m := NewMonitor()
-	m.OnTransition = func(tr Transition) { transitions <- tr }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = m.Start(ctx) }()
+	m, transitions := startMonitor(t)
 	// A new leader inherits Unhealthy: healthy probes must outlast the hold-down.
 	m.Watch("cf", Check{URL: srv.URL + "/healthz?token=secret", Interval: 20 * time.Millisecond, Timeout: 10 * time.Millisecond,
 		FailureThreshold: 3, SuccessThreshold: 2, HoldDown: 300 * time.Millisecond}, Unhealthy)
@@ -161,4 +146,15 @@ func TestMonitorStartsFromTheReportedHealth(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no failback")
 	}
+}
+
+// startMonitor runs a Monitor until the test ends; its transitions arrive on the channel.
+func startMonitor(t *testing.T) (*Monitor, <-chan Transition) {
+	transitions := make(chan Transition, 10)
+	m := NewMonitor()
+	m.OnTransition = func(tr Transition) { transitions <- tr }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = m.Start(ctx) }()
+	return m, transitions
 }
