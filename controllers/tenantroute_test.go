@@ -578,3 +578,61 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 		t.Errorf("the reachable provider's record was left: %v", got)
 	}
 }
+
+// A hostname moved to another zone while the operator was down: on its start the
+// route is Ready once its records are in the new zone in both providers, without
+// waiting for the old zone's first listing (each zone's listing took a Route53 slot,
+// 5 a second, and every route of the account waited for all of them); the listing,
+// when it comes, deletes the records left in the old zone.
+func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
+	const oldZone = "legacy.example.com"
+	o := newOperator(t, "otherzone")
+	cfOld, r53Old := o.cf.AddZone(oldZone), o.r53.AddZone(oldZone)
+	for _, name := range []string{o.cfEdge, o.awsEdge} {
+		edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(ep *v1.EdgeProvider) {
+			ep.Spec.Zones = append(ep.Spec.Zones, v1.Zone{Name: oldZone})
+		})
+	}
+	const oldHost, newHost = "acme." + oldZone, "acme." + zoneName
+	o.start()
+	o.create(o.route("acme", oldHost))
+	o.waitReady("acme")
+	held := func() (cf, r53 bool) {
+		for _, r := range o.cf.Records(cfOld) {
+			cf = cf || r.Name == oldHost
+		}
+		for _, rs := range o.r53.RecordSets(r53Old) {
+			r53 = r53 || strings.TrimSuffix(rs.Name, ".") == oldHost
+		}
+		return cf, r53
+	}
+	if cf, r53 := held(); !cf || !r53 {
+		t.Fatalf("the first spec's records: in cloudflare %t, in route53 %t", cf, r53)
+	}
+
+	o.stopManager()
+	edit(t, o.get("acme"), func(tr *v1.TenantRoute) { tr.Spec.Hostnames = []string{newHost} })
+	const hold = 10 * time.Second
+	o.r53.SetFaults(emulatorkit.Faults{PathLatency: map[string]emulatorkit.Duration{r53Old: {Duration: hold}}})
+	started := time.Now()
+	o.start()
+	eventually(t, hold, func() error {
+		tr := o.get("acme")
+		if tr.Status.ObservedGeneration != tr.Generation {
+			return fmt.Errorf("status of generation %d, want %d", tr.Status.ObservedGeneration, tr.Generation)
+		}
+		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	if _, r53 := held(); !r53 {
+		t.Fatalf("Ready only %v after the start, once the old zone was listed", time.Since(started).Round(time.Millisecond))
+	}
+	if !slices.Contains(o.cfRecords()[newHost], cfActive(newHost)) || !slices.Contains(o.r53Records()[newHost], r53Active(newHost)) {
+		t.Fatalf("Ready without the new hostname's records: cloudflare %v, route53 %v", o.cfRecords()[newHost], o.r53Records()[newHost])
+	}
+	eventually(t, 3*hold, func() error {
+		if cf, r53 := held(); cf || r53 {
+			return fmt.Errorf("records left in %s: in cloudflare %t, in route53 %t", oldZone, cf, r53)
+		}
+		return nil
+	})
+}

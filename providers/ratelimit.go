@@ -39,10 +39,6 @@ type Limiter struct {
 	// lastOrdinary is when an ordinary request last took a slot or got its answer:
 	// background requests also wait while ordinary ones follow this closely (quiet).
 	lastOrdinary time.Time
-	// urgent counts the urgent requests (Urgent) waiting for a slot; while any does,
-	// the others wait until urgentDone is closed.
-	urgent     int
-	urgentDone chan struct{}
 }
 
 // slot is one of the last limit requests.
@@ -62,44 +58,23 @@ type Slot struct {
 
 // NewLimiter allows limit requests per window; limit <= 0 means unlimited.
 func NewLimiter(limit int, window time.Duration) *Limiter {
-	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{}), urgentDone: make(chan struct{})}
+	return &Limiter{limit: limit, window: window, freed: make(chan struct{}), calm: make(chan struct{})}
 }
 
-// priority is how a request's turn at the limiter is decided: the mark its context
-// carries, ordinary without one, the last mark given winning.
-type priority int
-
-const (
-	background priority = iota - 1
-	ordinary
-	urgent
-)
-
-type priorityKey struct{}
-
-func withPriority(ctx context.Context, p priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
-}
-
-func priorityOf(ctx context.Context) priority {
-	p, _ := ctx.Value(priorityKey{}).(priority)
-	return p
-}
+type backgroundKey struct{}
 
 // Background marks ctx's requests as ones that may wait: while a request without the
 // mark waits for a slot, a background one does not take one. A zone's periodic
 // relisting (at 100,000 routes, 67 Route53 pages a zone) is background, so that the
 // writes of a failover that comes meanwhile go first.
-func Background(ctx context.Context) context.Context { return withPriority(ctx, background) }
+func Background(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
 
-// Urgent marks ctx's requests as ones that others wait for: while one waits for a
-// slot, no other request takes one. A zone's first listing is urgent: until it is
-// read, none of the routes with records in the account can be told their records
-// are in place (each route keeps an empty desire in the zones it has no records in,
-// answered by the listing), and at Route53's 5 requests a second the first listings
-// of 10 zones came between the writes of the zones listed before them, holding every
-// route's first status for seconds.
-func Urgent(ctx context.Context) context.Context { return withPriority(ctx, urgent) }
+func isBackground(ctx context.Context) bool {
+	b, _ := ctx.Value(backgroundKey{}).(bool)
+	return b
+}
 
 // Wait blocks until a request may be sent and counts it as sent; the caller calls
 // Done on the Slot when the request's answer (or its failure) came back.
@@ -107,13 +82,10 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 	if l == nil || l.limit <= 0 {
 		return Slot{}, ctx.Err()
 	}
-	p := priorityOf(ctx)
-	if p != background {
+	background := isBackground(ctx)
+	if !background {
 		l.mu.Lock()
 		l.waiting++
-		if p == urgent {
-			l.urgent++
-		}
 		l.mu.Unlock()
 		defer func() {
 			l.mu.Lock()
@@ -121,17 +93,11 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 				close(l.calm)
 				l.calm = make(chan struct{})
 			}
-			if p == urgent {
-				if l.urgent--; l.urgent == 0 {
-					close(l.urgentDone)
-					l.urgentDone = make(chan struct{})
-				}
-			}
 			l.mu.Unlock()
 		}()
 	}
 	for {
-		s, wait, freed := l.reserve(time.Now(), p)
+		s, wait, freed := l.reserve(time.Now(), background)
 		if wait == 0 && freed == nil {
 			return s, nil
 		}
@@ -154,19 +120,15 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 }
 
 // reserve counts a request sent at now, or returns how long to wait, or a channel to
-// wait on: closed when a request in flight is done (every slot is held by one), when
-// no urgent request waits any more, or, for a background request, when no ordinary
-// request waits any more.
-func (l *Limiter) reserve(now time.Time, p priority) (Slot, time.Duration, <-chan struct{}) {
+// wait on: closed when a request in flight is done (every slot is held by one) or, for
+// a background request, when no ordinary request waits any more.
+func (l *Limiter) reserve(now time.Time, background bool) (Slot, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
 		return Slot{}, l.pausedUntil.Sub(now), nil
 	}
-	if p != urgent && l.urgent > 0 {
-		return Slot{}, 0, l.urgentDone
-	}
-	if p == background {
+	if background {
 		if l.waiting > 0 {
 			return Slot{}, 0, l.calm
 		}
@@ -179,7 +141,7 @@ func (l *Limiter) reserve(now time.Time, p priority) (Slot, time.Duration, <-cha
 		}
 	}
 	s, wait, freed := l.take(now)
-	if p != background && wait == 0 && freed == nil {
+	if !background && wait == 0 && freed == nil {
 		s.ordinary = true
 		l.lastOrdinary = now
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
 
+// reserve's second argument: whether the request is a background one.
+const ordinary, background = false, true
+
 func TestLimiterNeverExceedsTheWindow(t *testing.T) {
 	l := NewLimiter(5, time.Second)
 	start := time.Unix(1000, 0)
@@ -216,42 +219,6 @@ func TestBackgroundRequestsYieldToOrdinaryOnes(t *testing.T) {
 			}
 		case <-time.After(2 * time.Second):
 			t.Fatalf("no slot for the %s request", want)
-		}
-	}
-}
-
-// An urgent request (a zone's first listing) takes the next slot before ordinary ones
-// (writes of zones listed before it) that waited longer, and they go once it is sent.
-func TestUrgentRequestsGoFirst(t *testing.T) {
-	l := NewLimiter(1, 100*time.Millisecond)
-	first, err := l.Wait(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	order := make(chan string, 7)
-	wait := func(ctx context.Context, name string) {
-		s, err := l.Wait(ctx)
-		if err == nil {
-			order <- name
-			s.Done()
-		}
-	}
-	go wait(Background(context.Background()), "background")
-	for range 5 {
-		go wait(context.Background(), "ordinary")
-	}
-	time.Sleep(50 * time.Millisecond) // the others wait for the slot in flight first
-	go wait(Urgent(context.Background()), "urgent")
-	time.Sleep(50 * time.Millisecond)
-	first.Done()
-	for i, want := range []string{"urgent", "ordinary", "ordinary", "ordinary", "ordinary", "ordinary", "background"} {
-		select {
-		case got := <-order:
-			if got != want {
-				t.Fatalf("slot %d went to a %s request, want %s", i+1, got, want)
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatalf("no slot %d for the %s request", i+1, want)
 		}
 	}
 }

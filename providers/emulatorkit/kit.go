@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,6 +22,9 @@ type Faults struct {
 	ErrorRate float64 `json:"errorRate"`
 	// Latency is added to every API request.
 	Latency Duration `json:"latency"`
+	// PathLatency is added to the API requests whose path contains its key: a zone's
+	// ID holds back that zone's listings and writes alone.
+	PathLatency map[string]Duration `json:"pathLatency,omitempty"`
 	// TooManyRequests answers the next N API requests with 429 (Cloudflare) or a
 	// Throttling error (Route53).
 	TooManyRequests int `json:"tooManyRequests"`
@@ -191,9 +195,15 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 		k.injected++
 	}
 	k.mu.Unlock()
-	if f.Latency.Duration > 0 {
+	latency := f.Latency.Duration
+	for part, d := range f.PathLatency {
+		if strings.Contains(r.URL.Path, part) {
+			latency += d.Duration
+		}
+	}
+	if latency > 0 {
 		select {
-		case <-time.After(f.Latency.Duration):
+		case <-time.After(latency):
 		case <-r.Context().Done():
 		}
 	}

@@ -235,14 +235,6 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 			q.replanDrifted(p.batch, current, drifted)
 		}
 	} else {
-		q.mu.Lock()
-		first := q.present == nil
-		q.mu.Unlock()
-		if first {
-			// Until the zone is read, no route with records in the account can be
-			// told its records are in place: see providers.Urgent.
-			ctx = providers.Urgent(ctx)
-		}
 		current, err = q.provider.ListRecords(ctx, q.zone)
 	}
 	present := map[string]struct{}{}

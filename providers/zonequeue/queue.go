@@ -41,6 +41,10 @@ type Outcome struct {
 	Err error
 	// Applied are the changes made for the owner by the flush that produced this outcome.
 	Applied []providers.Change
+	// Unlisted: the desire is empty and the zone has not been read yet, so whether the
+	// owner has records in it to delete is not known; the first listing answers it
+	// through notify.
+	Unlisted bool
 }
 
 // Defaults of Options.
@@ -260,7 +264,7 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 				q.unlisted[ownerKey] = struct{}{}
 				q.touch()
 			}
-			return Outcome{}
+			return Outcome{Unlisted: true}
 		}
 		if _, has := q.present[ownerKey]; !has {
 			return Outcome{Synced: true}
