@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
@@ -148,7 +149,7 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		// A failover waits for the records it moves, not for the empty desires in a
 		// route's other zones (which only clean up after a spec change): keeping those
 		// would be nine entries per route over 10 zones.
-		out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records)
+		out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records, releasesIn(plan, zr.Edge, zr.Zone))
 		if ok && !out.Synced && onPending != nil && len(zr.Records) > 0 {
 			onPending(zr.Edge, zr.Zone, owner)
 		}
@@ -160,7 +161,7 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		s := state(p.Edge)
 		if acct := r.Accounts.Get(p.Edge); acct != nil {
 			for zone := range acct.Queues() {
-				r.desire(s, zone, owner, nil)
+				r.desire(s, zone, owner, nil, true)
 			}
 		} else if _, exists := edges[p.Edge]; exists {
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready", p.Edge))
@@ -169,9 +170,21 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 	return states
 }
 
+// releasesIn tells whether a hostname the route is letting go lies in the zone of the
+// edge: its records there must be gone before the name goes to another route.
+func releasesIn(plan *routePlan, edge, zone string) bool {
+	for _, h := range plan.releasing {
+		if z, ok := desired.ZoneFor(plan.edges[edge], h); ok && z.Name == zone {
+			return true
+		}
+	}
+	return false
+}
+
 // desire hands records to a zone's queue and folds the outcome into s; ok is false
-// when the zone has no queue.
-func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record) (zonequeue.Outcome, bool) {
+// when the zone has no queue. With cleanup, an empty desire is answered only once
+// the zone was read: the records it deletes are what the route waits for.
+func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records []providers.Record, cleanup bool) (zonequeue.Outcome, bool) {
 	acct := r.Accounts.Get(s.edge)
 	if acct == nil && !r.Accounts.Tried(s.edge) {
 		// Not connected yet since the operator started: the route is reconciled again
@@ -196,14 +209,15 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 		return zonequeue.Outcome{}, false
 	}
 	out := q.Desire(owner, records)
-	if out.Unlisted && !s.removing {
-		// A zone of an edge the route keeps, where it wants no record, not read yet:
-		// records it holds there are leftovers of an earlier spec, which the first
-		// listing finds and deletes (with a RecordsChanged event). Ready says the
-		// route's own records are in place, and does not wait for that: at Route53's 5
-		// requests a second, the first listings of 10 zones held every route of the
-		// account for 2 s. An edge being removed does wait, as its records are what it
-		// deletes.
+	if out.Unlisted && !cleanup {
+		// A zone of an edge the route keeps, where it wants no record and lets no
+		// hostname go, not read yet: records it holds there are leftovers, which the
+		// first listing finds and deletes (with a RecordsChanged event). Ready says
+		// the route's own records are in place, and does not wait for that: at
+		// Route53's 5 requests a second, the first listings of 10 zones held every
+		// route of the account for 2 s. An edge being removed, or a hostname being
+		// released (its name goes to the next claimant once its records are gone),
+		// does wait.
 		return out, true
 	}
 	s.add(zone, out)

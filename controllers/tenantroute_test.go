@@ -579,11 +579,12 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 	}
 }
 
-// A hostname moved to another zone while the operator was down: on its start the
-// route is Ready once its records are in the new zone in both providers, without
-// waiting for the old zone's first listing (each zone's listing took a Route53 slot,
-// 5 a second, and every route of the account waited for all of them); the listing,
-// when it comes, deletes the records left in the old zone.
+// After a restart, with one zone's Route53 requests held: a route with its records
+// elsewhere is Ready without waiting for that zone's first listing (each listing took
+// one of Route53's 5 requests a second, and every route of the account waited for all
+// of them). A hostname moved out of the held zone while the operator was down stays
+// its route's until the first listing found and deleted its record there: only then
+// may another route be granted it.
 func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 	const oldZone = "legacy.example.com"
 	o := newOperator(t, "otherzone")
@@ -593,11 +594,11 @@ func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 			ep.Spec.Zones = append(ep.Spec.Zones, v1.Zone{Name: oldZone})
 		})
 	}
-	const oldHost, newHost = "acme." + oldZone, "acme." + zoneName
+	const oldHost, newHost, laterHost = "acme." + oldZone, "acme." + zoneName, "later." + zoneName
 	o.start()
 	o.create(o.route("acme", oldHost))
 	o.waitReady("acme")
-	held := func() (cf, r53 bool) {
+	leftover := func() (cf, r53 bool) {
 		for _, r := range o.cf.Records(cfOld) {
 			cf = cf || r.Name == oldHost
 		}
@@ -606,7 +607,7 @@ func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 		}
 		return cf, r53
 	}
-	if cf, r53 := held(); !cf || !r53 {
+	if cf, r53 := leftover(); !cf || !r53 {
 		t.Fatalf("the first spec's records: in cloudflare %t, in route53 %t", cf, r53)
 	}
 
@@ -616,22 +617,46 @@ func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 	o.r53.SetFaults(emulatorkit.Faults{PathLatency: map[string]emulatorkit.Duration{r53Old: {Duration: hold}}})
 	started := time.Now()
 	o.start()
+	o.create(o.route("later", laterHost))
+	o.create(o.route("rival", oldHost))
 	eventually(t, hold, func() error {
-		tr := o.get("acme")
-		if tr.Status.ObservedGeneration != tr.Generation {
-			return fmt.Errorf("status of generation %d, want %d", tr.Status.ObservedGeneration, tr.Generation)
-		}
-		return expectCondition(tr.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+		return expectCondition(o.get("later").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
 	})
-	if _, r53 := held(); !r53 {
-		t.Fatalf("Ready only %v after the start, once the old zone was listed", time.Since(started).Round(time.Millisecond))
+	if _, r53 := leftover(); !r53 {
+		t.Fatalf("a route in another zone was Ready only %v after the start, once the held zone was listed",
+			time.Since(started).Round(time.Millisecond))
 	}
-	if !slices.Contains(o.cfRecords()[newHost], cfActive(newHost)) || !slices.Contains(o.r53Records()[newHost], r53Active(newHost)) {
-		t.Fatalf("Ready without the new hostname's records: cloudflare %v, route53 %v", o.cfRecords()[newHost], o.r53Records()[newHost])
+	if !slices.Contains(o.cfRecords()[laterHost], cfActive(laterHost)) || !slices.Contains(o.r53Records()[laterHost], r53Active(laterHost)) {
+		t.Fatalf("Ready without its records: cloudflare %v, route53 %v", o.cfRecords()[laterHost], o.r53Records()[laterHost])
 	}
-	eventually(t, 3*hold, func() error {
-		if cf, r53 := held(); cf || r53 {
-			return fmt.Errorf("records left in %s: in cloudflare %t, in route53 %t", oldZone, cf, r53)
+
+	// Until the held zone is read and acme's record there deleted, the name is acme's
+	// (the rival's own record could only come after its grant, through the same hold).
+	for {
+		_, r53 := leftover()
+		rival := o.get("rival")
+		if st := hostnameState(rival, oldHost); st == v1.ClaimGranted && r53 {
+			t.Fatalf("%s granted to rival while acme's route53 record is still there", oldHost)
+		}
+		if !r53 {
+			break
+		}
+		if time.Since(started) > 4*hold {
+			t.Fatalf("acme's record at %s still in route53 after %v", oldHost, 4*hold)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	o.r53.SetFaults(emulatorkit.Faults{})
+	eventually(t, 30*time.Second, func() error {
+		acme := o.get("acme")
+		if acme.Status.ObservedGeneration != acme.Generation || hostnameState(acme, oldHost) != "" {
+			return fmt.Errorf("acme's status: generation %d of %d, %s %q", acme.Status.ObservedGeneration, acme.Generation, oldHost, hostnameState(acme, oldHost))
+		}
+		if err := expectCondition(acme.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, ""); err != nil {
+			return fmt.Errorf("acme: %w", err)
+		}
+		if st := hostnameState(o.get("rival"), oldHost); st != v1.ClaimGranted {
+			return fmt.Errorf("rival's claim on %s is %q", oldHost, st)
 		}
 		return nil
 	})
