@@ -23,7 +23,8 @@ type Faults struct {
 	// Latency is added to every API request.
 	Latency Duration `json:"latency"`
 	// PathLatency is added to the API requests whose path contains its key: a zone's
-	// ID holds back that zone's listings and writes alone.
+	// ID holds back that zone's listings and writes alone (a key such as "zones"
+	// matches every request).
 	PathLatency map[string]Duration `json:"pathLatency,omitempty"`
 	// TooManyRequests answers the next N API requests with 429 (Cloudflare) or a
 	// Throttling error (Route53).
