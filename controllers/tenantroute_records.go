@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
@@ -148,8 +147,11 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 	for _, zr := range zones {
 		// A failover waits for the records it moves, not for the empty desires in a
 		// route's other zones (which only clean up after a spec change): keeping those
-		// would be nine entries per route over 10 zones.
-		out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records, releasesIn(plan, zr.Edge, zr.Zone))
+		// would be nine entries per route over 10 zones. A route letting hostnames go
+		// waits for every zone it may hold them in, even one its EdgeProvider no
+		// longer maps them to: each name goes to the next claimant once its records
+		// are gone.
+		out, ok := r.desire(state(zr.Edge), zr.Zone, owner, zr.Records, len(plan.releasing) > 0)
 		if ok && !out.Synced && onPending != nil && len(zr.Records) > 0 {
 			onPending(zr.Edge, zr.Zone, owner)
 		}
@@ -168,17 +170,6 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		}
 	}
 	return states
-}
-
-// releasesIn tells whether a hostname the route is letting go lies in the zone of the
-// edge: its records there must be gone before the name goes to another route.
-func releasesIn(plan *routePlan, edge, zone string) bool {
-	for _, h := range plan.releasing {
-		if z, ok := desired.ZoneFor(plan.edges[edge], h); ok && z.Name == zone {
-			return true
-		}
-	}
-	return false
 }
 
 // desire hands records to a zone's queue and folds the outcome into s; ok is false
@@ -210,14 +201,14 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	}
 	out := q.Desire(owner, records)
 	if out.Unlisted && !cleanup {
-		// A zone of an edge the route keeps, where it wants no record and lets no
-		// hostname go, not read yet: records it holds there are leftovers, which the
-		// first listing finds and deletes (with a RecordsChanged event). Ready says
-		// the route's own records are in place, and does not wait for that: at
-		// Route53's 5 requests a second, the first listings of 10 zones held every
-		// route of the account for 2 s. An edge being removed, or a hostname being
-		// released (its name goes to the next claimant once its records are gone),
-		// does wait.
+		// A zone of an edge the route keeps, where it wants no record, not read yet,
+		// and the route lets no hostname go: records it holds there are leftovers,
+		// which the first listing finds and deletes (with a RecordsChanged event).
+		// Ready says the route's own records are in place, and does not wait for
+		// that: at Route53's 5 requests a second, the first listings of 10 zones held
+		// every route of the account for 2 s. An edge being removed, or a hostname
+		// being released (its name goes to the next claimant once its records are
+		// gone), does wait.
 		return out, true
 	}
 	s.add(zone, out)
