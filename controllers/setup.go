@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/tenantroute/tenantroute-operator/edge"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
@@ -116,6 +117,24 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 	}
 	if err := mgr.Add(failover); err != nil {
 		return fmt.Errorf("adding the failover handler: %w", err)
+	}
+	// The grants are learnt as soon as this replica leads, beside the controllers'
+	// start, rather than by the first reconcile, which waited for them: at 10,000
+	// routes the seeding's pages took 0.56 s, after the controllers had spent 0.25 s
+	// handing the cache's routes to their handlers. A failure is only logged: every
+	// reconcile seeds again until one succeeds.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		start := time.Now()
+		if err := tenantRoutes.Claims.EnsureSeeded(ctx, tenantRoutes.APIReader, o.RouteNamespaces...); err != nil {
+			if ctx.Err() == nil {
+				ctrl.LoggerFrom(ctx).Error(err, "learning the grants on becoming leader; the reconciles try again")
+			}
+			return nil
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("learnt the grants", "took", time.Since(start).Round(time.Millisecond).String())
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the grants' seeding: %w", err)
 	}
 	accounts.ready = tenantRoutes.edgeReady
 	if err := tenantRoutes.SetupWithManager(mgr); err != nil {
