@@ -135,6 +135,29 @@ func (a *Accounts) Set(acct *Account) {
 	}
 }
 
+// holds tells whether a queue of any account holds a desire of owner that is not in
+// place yet and has met no error (zonequeue.Queue.Holds): that queue's answer is
+// still to come.
+func (a *Accounts) holds(owner string) bool {
+	a.mu.RLock()
+	accounts := make([]*Account, 0, len(a.byEdge))
+	for _, acct := range a.byEdge {
+		accounts = append(accounts, acct)
+	}
+	a.mu.RUnlock()
+	for _, acct := range accounts {
+		acct.mu.RLock()
+		for _, q := range acct.queues {
+			if q.Holds(owner) {
+				acct.mu.RUnlock()
+				return true
+			}
+		}
+		acct.mu.RUnlock()
+	}
+	return false
+}
+
 // Remove stops and forgets the account of an EdgeProvider.
 func (a *Accounts) Remove(edge string) {
 	a.mu.Lock()

@@ -117,6 +117,31 @@ func (o *operator) allReady(n int) error {
 	return nil
 }
 
+// Each route of a sync is reconciled when it is planned and once its last provider has
+// answered, not also for each provider that answers before the last: that reconcile
+// found it pending and kept its status as it was. Route53 answers a second late, so
+// that Cloudflare answers every route first.
+func TestOneReconcileForAllTheProvidersAnswers(t *testing.T) {
+	const n = 200
+	o := newOperator(t, "answers")
+	o.r53.SetFaults(emulatorkit.Faults{Latency: emulatorkit.Duration{Duration: time.Second}})
+	o.start()
+	// Both accounts connected and both zones listed: the routes below are planned
+	// once each, with nothing to wait for but their own records.
+	o.create(o.route("warmup", "warmup.auth.example.com"))
+	o.waitReady("warmup")
+	before := o.reconciles.Load()
+	o.createRoutes(n)
+	eventually(t, 60*time.Second, func() error { return o.allReady(n) })
+	time.Sleep(2 * time.Second) // reconciles still queued would be counted too
+	got := o.reconciles.Load() - before
+	t.Logf("%d reconciles for %d routes", got, n)
+	// Two a route, and a few conflicts of a status write with a cache behind it.
+	if got > 2*n+n/10 {
+		t.Fatalf("%d reconciles for %d routes: more than one a route beside its plan", got, n)
+	}
+}
+
 // TestThousandRoutesInOneZone counts the provider calls that 1,000 TenantRoutes in one
 // zone take: one listing of the zone, and writes close to the batch minimum.
 func TestThousandRoutesInOneZone(t *testing.T) {

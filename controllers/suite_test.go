@@ -106,13 +106,25 @@ type operator struct {
 	laggingReads bool
 	// routeWrites counts the operator's writes of TenantRoutes, their status excepted.
 	routeWrites atomic.Int64
+	// reconciles counts the TenantRoute reconciles that read their route.
+	reconciles atomic.Int64
 }
 
 // routeWriteCounter counts the updates and patches of TenantRoutes (not of their
-// status, which go through Status()).
+// status, which go through Status()), and the reconciles' reads of their route (the
+// only reads of one TenantRoute without a deep copy).
 type routeWriteCounter struct {
 	client.Client
-	n *atomic.Int64
+	n, reconciles *atomic.Int64
+}
+
+func (c routeWriteCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	var o client.GetOptions
+	o.ApplyOptions(opts)
+	if _, ok := obj.(*v1.TenantRoute); ok && o.UnsafeDisableDeepCopy != nil && *o.UnsafeDisableDeepCopy {
+		c.reconciles.Add(1)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 func (c routeWriteCounter) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
@@ -269,7 +281,7 @@ func (o *operator) start() {
 			if o.laggingReads {
 				c = &laggingClient{Client: c, last: map[client.ObjectKey]*v1.TenantRoute{}}
 			}
-			return routeWriteCounter{Client: c, n: &o.routeWrites}, nil
+			return routeWriteCounter{Client: c, n: &o.routeWrites, reconciles: &o.reconciles}, nil
 		},
 	})
 	if err != nil {

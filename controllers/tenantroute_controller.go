@@ -69,6 +69,9 @@ type TenantRouteReconciler struct {
 	owners sync.Map // owner key -> types.NamespacedName
 	// pendingSince: when each owner's records were first found pending (settle).
 	pendingSince sync.Map
+	// settling: the owners whose last reconcile kept their status unwritten while
+	// their queues apply their records (settle); see awaitsAnotherAnswer.
+	settling sync.Map
 	// PendingGrace is how long a route whose records are queued keeps its status as it
 	// was before saying Pending (default: the queues' longest coalescing wait + 5 s).
 	PendingGrace time.Duration
@@ -131,8 +134,10 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var letGo []string // hostnames released once the status that drops them is saved
 	defer func() {
 		if settling {
+			r.settling.Store(owner, struct{}{})
 			return
 		}
+		r.settling.Delete(owner)
 		if retErr == nil {
 			route.Status.ObservedGeneration = route.Generation
 		}
@@ -277,6 +282,9 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 				"%s zone %s: created %d, updated %d, deleted %d record sets", edgeName, zone, created, updated, deleted)
 		}
 	}
+	if r.awaitsAnotherAnswer(owner, o) {
+		return
+	}
 	if o.Records == 0 && len(o.Applied)+len(o.Failed)+len(o.Conflicts) == 0 && o.Err == nil {
 		// An empty desire answered with nothing done: one of the nine other zones of
 		// each edge where a route keeps none (they clean up after a hostname moves
@@ -286,6 +294,26 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 		return
 	}
 	r.enqueue(key)
+}
+
+// awaitsAnotherAnswer tells whether a route can skip the reconcile that outcome o
+// asks for: the outcome is clean (its records in place, no error, conflict or
+// rejection), the route's last reconcile kept its status unwritten for its queues'
+// answers (settle), and another queue still holds records of it that are not in place.
+// That queue notifies the route when they are, or when they fail, and the route is
+// reconciled then; reconciling now would only find it pending again, and keep its
+// status as it is. At the start of a 10,000-route sync these were a third of all
+// reconciles: one a route for Cloudflare's answer, which comes before Route53's.
+// Whatever the answers, the settle's own RequeueAfter still looks at the route when
+// its grace runs out.
+func (r *TenantRouteReconciler) awaitsAnotherAnswer(owner string, o zonequeue.Outcome) bool {
+	if !o.Synced || o.Err != nil || len(o.Failed)+len(o.Conflicts) > 0 {
+		return false
+	}
+	if _, ok := r.settling.Load(owner); !ok {
+		return false
+	}
+	return r.Accounts.holds(owner)
 }
 
 // edgeReady reconciles the TenantRoutes of an EdgeProvider whose account was just

@@ -102,6 +102,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 	}
 	r.owners.Delete(owner)
 	r.pendingSince.Delete(owner)
+	r.settling.Delete(owner)
 	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, false)
 	// Its records are gone: its hostnames and tenantID are free for the next claimant.
 	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}

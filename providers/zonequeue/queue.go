@@ -353,6 +353,15 @@ func (q *Queue) Expedite() {
 	}
 }
 
+// Holds tells whether the owner's desire here is not in place yet and has met no
+// error, conflict or rejection: the queue notifies the owner when that changes.
+func (q *Queue) Holds(ownerKey string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o, ok := q.owners[ownerKey]
+	return ok && !o.synced && o.issues == nil
+}
+
 // Owners are the owners the queue knows: those that declared records since it
 // started, applied or not.
 func (q *Queue) Owners() []string {

@@ -122,6 +122,36 @@ func TestManyOwnersShareOneListAndFewBatches(t *testing.T) {
 	}
 }
 
+// A queue holds an owner's desire from its declaration until a flush places it, and
+// not while it is retried after an error, which the owner was told of: the controller
+// skips the reconcile of a route's other answers only while one is still to come.
+func TestHoldsADesireUntilItsAnswer(t *testing.T) {
+	mem, q, _ := setup()
+	if q.Holds("o") {
+		t.Fatal("holds an owner that declared nothing")
+	}
+	q.Desire("o", cname("t.example.com"))
+	if !q.Holds("o") {
+		t.Fatal("does not hold a desire not applied yet")
+	}
+	_ = q.Flush(context.Background())
+	if q.Holds("o") {
+		t.Fatal("holds a desire in place")
+	}
+	q.Desire("o", cname("u.example.com"))
+	mem.mu.Lock()
+	mem.fail = errors.New("throttled")
+	mem.mu.Unlock()
+	_ = q.Flush(context.Background())
+	if q.Holds("o") {
+		t.Fatal("holds a desire whose flush failed: the owner heard of the error, and no answer is due")
+	}
+	q.Desire("p", nil)
+	if q.Holds("p") {
+		t.Fatal("holds an empty desire with nothing to delete")
+	}
+}
+
 func TestOneNameClaimedByTwoOwnersInOneFlush(t *testing.T) {
 	mem, q, n := setup()
 	q.Desire("a", cname("shared.example.com"))
