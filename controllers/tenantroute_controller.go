@@ -306,6 +306,11 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 // reconciles: one a route for Cloudflare's answer, which comes before Route53's.
 // Whatever the answers, the settle's own RequeueAfter still looks at the route when
 // its grace runs out.
+//
+// Two answers cannot both be skipped: a queue records an owner's outcome under its
+// lock before it notifies, and Holds reads it under the same lock, so of two answers
+// that come together at least one finds the other in place and reconciles. A queue
+// that never answers because its account was replaced is covered by edgeReady.
 func (r *TenantRouteReconciler) awaitsAnotherAnswer(owner string, o zonequeue.Outcome) bool {
 	if !o.Synced || o.Err != nil || len(o.Failed)+len(o.Conflicts) > 0 {
 		return false
