@@ -67,7 +67,8 @@ type TenantRouteReconciler struct {
 	byEdge, byRegion, byTenantID, byHostname *routes.Index
 
 	owners sync.Map // owner key -> types.NamespacedName
-	// pendingSince: when each owner's records were first found pending (settle).
+	// pendingSince: when each owner's records were first found pending (settle), or
+	// waiting to be deleted.
 	pendingSince sync.Map
 	// settling: the owners whose last reconcile kept their status unwritten while
 	// their queues apply their records (settle); see awaitsAnotherAnswer.
@@ -264,6 +265,19 @@ func (r *TenantRouteReconciler) enqueueClaimants(ctx context.Context, self types
 // notify is called by the apply queues when an owner's outcome in a zone changes: it
 // counts records, reports applied changes as an event and reconciles the route.
 func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue.Outcome) {
+	if o.Unlisted {
+		// A zone's listing failed, told to the empty desires that waited for it: it
+		// concerns only the routes waiting for that zone to be read (an edge being
+		// removed, a hostname let go, a route being deleted), which are pending. The
+		// others, Ready without it, keep their status: in an account of 100,000 routes
+		// that is 90,000 status writes saved for each of the zone's failures.
+		if _, waiting := r.pendingSince.Load(owner); waiting {
+			if v, ok := r.owners.Load(owner); ok {
+				r.enqueue(v.(types.NamespacedName))
+			}
+		}
+		return
+	}
 	r.Accounts.countOutcome(edgeName, zone, owner, o.Records, o.Err != nil || len(o.Failed) > 0)
 	if r.rewrites != nil {
 		r.rewrites.outcome(edgeName, zone, owner, o)

@@ -71,6 +71,9 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			}
 			meta.SetStatusCondition(&route.Status.Conditions, ready)
 			reconcileOutcomes.WithLabelValues("deleting").Inc()
+			// Waiting, as a route whose records are pending: a zone that cannot be read
+			// tells it so (notify).
+			r.pendingSince.LoadOrStore(owner, time.Now())
 			requeue := requeueSafety
 			if r.DeletionTimeout > 0 {
 				requeue = min(requeue, r.DeletionTimeout-waited)

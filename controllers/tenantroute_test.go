@@ -579,6 +579,18 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 	}
 }
 
+// addZone adds a zone to both providers and both EdgeProviders, and returns its ids.
+func (o *operator) addZone(name string) (cf, r53 string) {
+	o.t.Helper()
+	cf, r53 = o.cf.AddZone(name), o.r53.AddZone(name)
+	for _, edge := range []string{o.cfEdge, o.awsEdge} {
+		edit(o.t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: edge}}, func(ep *v1.EdgeProvider) {
+			ep.Spec.Zones = append(ep.Spec.Zones, v1.Zone{Name: name})
+		})
+	}
+	return cf, r53
+}
+
 // After a restart, with one zone's Route53 requests held: a route with its records
 // elsewhere is Ready without waiting for that zone's first listing (each listing took
 // one of Route53's 5 requests a second, and every route of the account waited for all
@@ -588,12 +600,7 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 	const oldZone = "legacy.example.com"
 	o := newOperator(t, "otherzone")
-	cfOld, r53Old := o.cf.AddZone(oldZone), o.r53.AddZone(oldZone)
-	for _, name := range []string{o.cfEdge, o.awsEdge} {
-		edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(ep *v1.EdgeProvider) {
-			ep.Spec.Zones = append(ep.Spec.Zones, v1.Zone{Name: oldZone})
-		})
-	}
+	cfOld, r53Old := o.addZone(oldZone)
 	const oldHost, newHost, laterHost = "acme." + oldZone, "acme." + zoneName, "later." + zoneName
 	o.start()
 	o.create(o.route("acme", oldHost))
@@ -660,4 +667,97 @@ func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A zone that cannot be read is the business of the routes that have records there or
+// wait for its listing, not of every route of its account: the others keep a desire
+// there (to clean up after a spec change) and are Ready without it. Seen as a status,
+// a failing listing in one of 10 zones turned every Ready route of the account to
+// Error for as long as it failed, 100,000 status writes there and 100,000 back.
+func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
+	const oldZone = "legacy.example.com"
+	o := newOperator(t, "listfails")
+	cfOld, r53Old := o.addZone(oldZone)
+	const oldHost, newHost = "mover." + oldZone, "mover." + zoneName
+	o.start()
+	o.create(o.route("mover", oldHost))
+	o.waitReady("mover")
+	o.stopManager()
+
+	// While the operator is down, mover lets its name in the failing zone go: it waits
+	// for that zone to be read. The others never had anything there.
+	edit(t, o.get("mover"), func(tr *v1.TenantRoute) { tr.Spec.Hostnames = []string{newHost} })
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old}})
+	o.start()
+	stayers := []string{"a", "b", "c"}
+	for _, name := range stayers {
+		o.create(o.route(name, name+"."+zoneName))
+	}
+	o.waitReady(stayers...)
+	// The first listing of the failing zone takes five attempts (the SDK's retries)
+	// before the queue hears of its error; the sixth is the queue's own retry, after
+	// which the routes have long been told. Every poll until then must find them Ready.
+	deadline := time.Now().Add(60 * time.Second)
+	var settled time.Time
+	for settled.IsZero() || time.Now().Before(settled) {
+		if settled.IsZero() && o.r53.Injected() >= 6 {
+			settled = time.Now().Add(2 * time.Second)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failing zone was tried %d times in 60 s", o.r53.Injected())
+		}
+		for _, name := range stayers {
+			if c := condition(o.get(name).Status.Conditions, v1.ConditionReady); c.Status != metav1.ConditionTrue {
+				t.Fatalf("%s, with no record in %s, went %s (%s: %s) when the zone could not be listed",
+					name, oldZone, c.Status, c.Reason, c.Message)
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	// The routes waiting for the zone say why they wait: mover, and a route being
+	// deleted (the zone may hold records of it).
+	blames := func(name, reason string) func() error {
+		return func() error {
+			conds := o.get(name).Status.Conditions
+			if err := expectCondition(conds, v1.ConditionReady, metav1.ConditionFalse, reason); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if msg := condition(conds, v1.ConditionReady).Message; !strings.Contains(msg, oldZone) {
+				return fmt.Errorf("%s's Ready message does not name %s: %q", name, oldZone, msg)
+			}
+			return nil
+		}
+	}
+	eventually(t, 10*time.Second, blames("mover", v1.ReasonProviderError))
+	if err := k8s.Delete(context.Background(), o.get("a")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, blames("a", v1.ReasonDeletionBlocked))
+
+	o.r53.SetFaults(emulatorkit.Faults{})
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: o.ns, Name: "a"}, &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("a is still there once the zone can be read (%v)", err)
+		}
+		mover := o.get("mover")
+		if mover.Status.ObservedGeneration != mover.Generation || hostnameState(mover, oldHost) != "" {
+			return fmt.Errorf("mover's status: generation %d of %d, %s %q", mover.Status.ObservedGeneration, mover.Generation, oldHost, hostnameState(mover, oldHost))
+		}
+		return expectCondition(mover.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	for _, rs := range o.r53.RecordSets(r53Old) {
+		if strings.TrimSuffix(rs.Name, ".") == oldHost {
+			t.Fatalf("mover is Ready with its old record still in route53: %+v", rs)
+		}
+	}
+	for _, r := range o.cf.Records(cfOld) {
+		if r.Name == oldHost {
+			t.Fatalf("mover is Ready with its old record still in cloudflare: %+v", r)
+		}
+	}
+	for _, name := range stayers[1:] {
+		if err := expectCondition(o.get(name).Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, ""); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
 }

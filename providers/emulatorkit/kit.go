@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,9 @@ type Faults struct {
 	// ID holds back that zone's listings and writes alone (a key such as "zones"
 	// matches every request).
 	PathLatency map[string]Duration `json:"pathLatency,omitempty"`
+	// PathOutage answers with 503 the API requests whose path contains one of its
+	// entries: a zone's ID fails that zone's listings and writes alone.
+	PathOutage []string `json:"pathOutage,omitempty"`
 	// TooManyRequests answers the next N API requests with 429 (Cloudflare) or a
 	// Throttling error (Route53).
 	TooManyRequests int `json:"tooManyRequests"`
@@ -171,7 +175,7 @@ func (k *Kit) Inject(r *http.Request) (Verdict, time.Duration) {
 	f := k.faults
 	verdict := Pass
 	switch {
-	case f.Outage:
+	case f.Outage || slices.ContainsFunc(f.PathOutage, func(part string) bool { return strings.Contains(r.URL.Path, part) }):
 		verdict = Unavailable
 	case f.Forbidden > 0:
 		k.faults.Forbidden--

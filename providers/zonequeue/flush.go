@@ -208,7 +208,7 @@ func (q *Queue) take() *pending {
 
 // list reads the zone and notes which owners have records in it. Unlisted empty
 // desires of owners with records here join the flush; the others are answered now.
-// After a failed listing all of them join, as the error is theirs too.
+// After a failed listing they stay unlisted for the next flush, told of its error.
 func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error) {
 	var current []providers.Record
 	var err error
@@ -237,29 +237,45 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 	} else {
 		current, err = q.provider.ListRecords(ctx, q.zone)
 	}
-	present := map[string]struct{}{}
-	if err == nil {
-		for _, r := range current {
-			if r.Owner != "" {
-				present[r.Owner] = struct{}{}
+	if err != nil {
+		// The empty desires stay unanswered, and are told why: only an owner waiting
+		// for this zone to be read (an edge being removed, a hostname let go, a route
+		// being deleted) has records here that the error concerns. Turning them into
+		// owners would hand the error to every route of the account, most of which
+		// never had a record here.
+		kept := q.keepUnlisted(p.unlisted, err)
+		if q.notify != nil {
+			for _, key := range kept {
+				q.notify(key, Outcome{Unlisted: true, Err: err})
 			}
 		}
-		q.mu.Lock()
-		q.present = present
-		q.mu.Unlock()
+		return nil, err
 	}
-	if answered := q.adopt(p.unlisted, present, err != nil, p.batch); len(answered) > 0 && q.notify != nil {
+	present := map[string]struct{}{}
+	for _, r := range current {
+		if r.Owner != "" {
+			present[r.Owner] = struct{}{}
+		}
+	}
+	q.mu.Lock()
+	q.present, q.listErr = present, nil
+	q.mu.Unlock()
+	if answered := q.adopt(p.unlisted, present, p.batch); len(answered) > 0 && q.notify != nil {
 		for _, key := range answered {
 			q.notify(key, Outcome{Synced: true})
 		}
 	}
-	return current, err
+	return current, nil
 }
 
 // listFailed gives every owner of the flush the listing's error; they are retried.
 // What the zone holds is unknown until it is listed again: every empty desire is kept
 // meanwhile.
 func (q *Queue) listFailed(p *pending, err error) {
+	// The routes with records here hear of it through their outcomes; a zone where
+	// none has records (only empty desires wait for it) has no other voice.
+	q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
+		"owners", len(p.batch), "waiting", len(p.unlisted))
 	q.mu.Lock()
 	q.present = nil
 	q.mu.Unlock()
@@ -278,11 +294,10 @@ func (q *Queue) listFailed(p *pending, err error) {
 	q.mu.Unlock()
 }
 
-// adopt turns the unlisted empty desires of owners with records in the zone (all of
-// them when all is set) into owners planned by this flush, and returns the others,
-// which have nothing here. An owner that declared records since is left to its
-// newer desire.
-func (q *Queue) adopt(unlisted, present map[string]struct{}, all bool, batch map[string][]providers.Record) (answered []string) {
+// adopt turns the unlisted empty desires of owners with records in the zone into
+// owners planned by this flush, and returns the others, which have nothing here. An
+// owner that declared records since is left to its newer desire.
+func (q *Queue) adopt(unlisted, present map[string]struct{}, batch map[string][]providers.Record) (answered []string) {
 	if len(unlisted) == 0 {
 		return nil
 	}
@@ -293,7 +308,7 @@ func (q *Queue) adopt(unlisted, present map[string]struct{}, all bool, batch map
 		if _, declared := q.owners[key]; declared {
 			continue
 		}
-		if _, has := present[key]; !has && !all {
+		if _, has := present[key]; !has {
 			answered = append(answered, key)
 			continue
 		}

@@ -43,7 +43,7 @@ type Outcome struct {
 	Applied []providers.Change
 	// Unlisted: the desire is empty and the zone has not been read yet, so whether the
 	// owner has records in it to delete is not known; the first listing answers it
-	// through notify.
+	// through notify. With Err, the last listing failed: the next flush tries again.
 	Unlisted bool
 }
 
@@ -71,7 +71,8 @@ type Options struct {
 	// records moved. Each try is one write (with the SDK's own retries), so the
 	// shorter cap costs a zone two tries a minute while its provider is down.
 	MaxBackoff time.Duration
-	// Log receives a line per flush at V(1), and one per orphan swept.
+	// Log receives a line per flush at V(1), one per orphan swept and one per failed
+	// listing.
 	Log logr.Logger
 	// Orphaned, if set, tells whether records carrying an owner key are this
 	// installation's and their owner no longer exists. On start and at every Resync,
@@ -166,7 +167,10 @@ type Queue struct {
 	// those with nothing here without planning them. An initial sync declares ten
 	// such desires per route over 10 zones, and keeping each as an owner, with its
 	// plan and outcome in the flush, was half the manager's heap at its peak.
-	unlisted  map[string]struct{}
+	unlisted map[string]struct{}
+	// listErr is why the zone's last listing failed, told to the unlisted desires
+	// while it cannot be read; nil once it is.
+	listErr   error
 	sweep     bool // the next flush looks for orphans
 	resyncing bool // the next flush lists the zone again for a resync
 	// resyncAsked is when the pending resync was asked for; dropListing ends the
@@ -264,7 +268,7 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 				q.unlisted[ownerKey] = struct{}{}
 				q.touch()
 			}
-			return Outcome{Unlisted: true}
+			return Outcome{Unlisted: true, Err: q.listErr}
 		}
 		if _, has := q.present[ownerKey]; !has {
 			return Outcome{Synced: true}
@@ -284,6 +288,34 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	o.synced = false
 	q.markDirty(o)
 	return o.outcome()
+}
+
+// keepUnlisted gives back the unlisted desires of a flush whose listing failed with
+// err, and returns them: the next flush lists the zone again for them.
+func (q *Queue) keepUnlisted(unlisted map[string]struct{}, err error) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.listErr = err
+	return q.keepUnlistedLocked(unlisted)
+}
+
+// keepUnlistedLocked puts unlisted desires back in the queue, but for owners that
+// declared records since, and returns those it kept. q.mu must be held.
+func (q *Queue) keepUnlistedLocked(unlisted map[string]struct{}) (kept []string) {
+	for key := range unlisted {
+		if _, known := q.owners[key]; known {
+			continue
+		}
+		if q.unlisted == nil {
+			q.unlisted = map[string]struct{}{}
+		}
+		q.unlisted[key] = struct{}{}
+		kept = append(kept, key)
+	}
+	if len(kept) > 0 {
+		q.touch()
+	}
+	return kept
 }
 
 // recentValueLists is how many distinct value lists a queue remembers for sharing:

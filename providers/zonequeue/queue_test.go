@@ -513,17 +513,30 @@ func TestEmptyDesiresBeforeTheFirstListing(t *testing.T) {
 	}
 }
 
-// When the first listing fails, the unlisted empty desires share its error and are
-// retried like every other owner: nothing is answered without a listing.
+// When the first listing fails, the unlisted empty desires are told its error, as
+// unlisted still: they are not made owners with the error as their outcome, which
+// the routes of every other zone would take for a failure of their own records. The
+// next flush lists the zone again for them, and nothing is answered without a listing.
 func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
 	mem, q, n := setup()
+	mem.records[providers.Key{Name: "old.example.com", Type: "CNAME"}] = providers.Record{Name: "old.example.com",
+		Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}, Owner: "moved"}
 	mem.listFail = errors.New("zone unreachable")
 	q.Desire("a", nil)
+	q.Desire("moved", nil)
 	if err := q.Flush(context.Background()); err == nil {
 		t.Fatal("a flush with a failing listing succeeded")
 	}
-	if out, ok := n.of("a"); !ok || out.Synced || out.Err == nil {
-		t.Fatalf("a after a failed listing: %+v (notified %t)", out, ok)
+	for _, key := range []string{"a", "moved"} {
+		if out, ok := n.of(key); !ok || !out.Unlisted || out.Synced || out.Err == nil {
+			t.Fatalf("%s after a failed listing: %+v (notified %t), want unlisted with the error", key, out, ok)
+		}
+	}
+	if owners := q.Owners(); len(owners) != 0 {
+		t.Fatalf("a failed listing made owners of empty desires: %v", owners)
+	}
+	if out := q.Desire("late", nil); !out.Unlisted || out.Err == nil {
+		t.Fatalf("an empty desire declared after the failed listing: %+v, want unlisted with the error", out)
 	}
 	mem.mu.Lock()
 	mem.listFail = nil
@@ -531,8 +544,19 @@ func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
 	if err := q.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := n.of("a"); !out.Synced || out.Err != nil {
-		t.Errorf("a once the zone is listed: %+v", out)
+	for _, key := range []string{"a", "late"} {
+		if out, _ := n.of(key); !out.Synced || out.Unlisted || out.Err != nil {
+			t.Errorf("%s once the zone is listed: %+v", key, out)
+		}
+	}
+	if out, _ := n.of("moved"); !out.Synced || out.Err != nil || len(out.Applied) != 1 {
+		t.Errorf("moved once the zone is listed: %+v, want its leftover deleted", out)
+	}
+	if _, left := mem.records[providers.Key{Name: "old.example.com", Type: "CNAME"}]; left {
+		t.Error("the leftover of an empty desire kept through a failed listing was not deleted")
+	}
+	if out := q.Desire("after", nil); !out.Synced || out.Err != nil {
+		t.Errorf("an empty desire once the zone is listed: %+v", out)
 	}
 	if owners := q.Owners(); len(owners) != 0 {
 		t.Errorf("owners kept with nothing wanted and nothing left: %v", owners)

@@ -72,14 +72,7 @@ func (q *Queue) giveBack(p *pending) {
 			q.markDirty(o)
 		}
 	}
-	for key := range p.unlisted {
-		if _, known := q.owners[key]; !known {
-			if q.unlisted == nil {
-				q.unlisted = map[string]struct{}{}
-			}
-			q.unlisted[key] = struct{}{}
-		}
-	}
+	q.keepUnlistedLocked(p.unlisted)
 	q.sweep = q.sweep || p.sweep
 	q.resyncing = true
 	q.touch()
