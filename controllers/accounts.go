@@ -138,14 +138,13 @@ func (a *Accounts) Set(acct *Account) {
 // holds tells whether a queue of any account holds a desire of owner that is not in
 // place yet and has met no error (zonequeue.Queue.Holds): that queue's answer is
 // still to come.
+//
+// It walks under the registry's read lock, then each account's, then each queue's:
+// nothing takes the registry's lock while it holds an account's or a queue's.
 func (a *Accounts) holds(owner string) bool {
 	a.mu.RLock()
-	accounts := make([]*Account, 0, len(a.byEdge))
+	defer a.mu.RUnlock()
 	for _, acct := range a.byEdge {
-		accounts = append(accounts, acct)
-	}
-	a.mu.RUnlock()
-	for _, acct := range accounts {
 		acct.mu.RLock()
 		for _, q := range acct.queues {
 			if q.Holds(owner) {

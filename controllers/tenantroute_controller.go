@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,12 +68,9 @@ type TenantRouteReconciler struct {
 	byEdge, byRegion, byTenantID, byHostname *routes.Index
 
 	owners sync.Map // owner key -> types.NamespacedName
-	// pendingSince: when each owner's records were first found pending (settle), or
-	// waiting to be deleted.
-	pendingSince sync.Map
-	// settling: the owners whose last reconcile kept their status unwritten while
-	// their queues apply their records (settle); see awaitsAnotherAnswer.
-	settling sync.Map
+	// pending: the routes whose records are pending (settle) or being deleted, by
+	// owner key (*pendingRoute).
+	pending sync.Map
 	// PendingGrace is how long a route whose records are queued keeps its status as it
 	// was before saying Pending (default: the queues' longest coalescing wait + 5 s).
 	PendingGrace time.Duration
@@ -135,10 +133,11 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var letGo []string // hostnames released once the status that drops them is saved
 	defer func() {
 		if settling {
-			r.settling.Store(owner, struct{}{})
 			return
 		}
-		r.settling.Delete(owner)
+		if p := r.pendingRoute(owner); p != nil {
+			p.settling.Store(false)
+		}
 		if retErr == nil {
 			route.Status.ObservedGeneration = route.Generation
 		}
@@ -271,7 +270,7 @@ func (r *TenantRouteReconciler) notify(edgeName, zone, owner string, o zonequeue
 		// removed, a hostname let go, a route being deleted), which are pending. The
 		// others, Ready without it, keep their status: in an account of 100,000 routes
 		// that is 90,000 status writes saved for each of the zone's failures.
-		if _, waiting := r.pendingSince.Load(owner); waiting {
+		if r.pendingRoute(owner) != nil {
 			if v, ok := r.owners.Load(owner); ok {
 				r.enqueue(v.(types.NamespacedName))
 			}
@@ -329,7 +328,7 @@ func (r *TenantRouteReconciler) awaitsAnotherAnswer(owner string, o zonequeue.Ou
 	if !o.Synced || o.Err != nil || len(o.Failed)+len(o.Conflicts) > 0 {
 		return false
 	}
-	if _, ok := r.settling.Load(owner); !ok {
+	if p := r.pendingRoute(owner); p == nil || !p.settling.Load() {
 		return false
 	}
 	return r.Accounts.holds(owner)
@@ -368,11 +367,11 @@ func (r *TenantRouteReconciler) edgeReady(edge string) {
 // a minute at the provider's rate, 100,000 plans every 10 s beside the flushes.
 func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time, inFlight bool) (time.Duration, bool) {
 	if outcome != "pending" {
-		r.pendingSince.Delete(owner)
+		r.pending.Delete(owner)
 		return 0, false
 	}
-	v, _ := r.pendingSince.LoadOrStore(owner, time.Now())
-	first := v.(time.Time)
+	p := r.markPending(owner)
+	first := p.since
 	from := first
 	if moved.After(from) {
 		from = moved
@@ -381,7 +380,33 @@ func (r *TenantRouteReconciler) settle(owner, outcome string, moved time.Time, i
 	if inFlight && wait > 0 {
 		wait = settleLimit - time.Since(first)
 	}
+	p.settling.Store(wait > 0)
 	return wait, wait > 0
+}
+
+// pendingRoute is a route whose records are not all in place, or not all deleted.
+type pendingRoute struct {
+	since time.Time // when they were first found so
+	// settling: the route's last reconcile kept its status unwritten while its
+	// queues apply its records (see awaitsAnotherAnswer).
+	settling atomic.Bool
+}
+
+// pendingRoute returns the owner's entry, nil when its records are in place.
+func (r *TenantRouteReconciler) pendingRoute(owner string) *pendingRoute {
+	if v, ok := r.pending.Load(owner); ok {
+		return v.(*pendingRoute)
+	}
+	return nil
+}
+
+// markPending returns the owner's entry, made now if it had none.
+func (r *TenantRouteReconciler) markPending(owner string) *pendingRoute {
+	if p := r.pendingRoute(owner); p != nil {
+		return p
+	}
+	v, _ := r.pending.LoadOrStore(owner, &pendingRoute{since: time.Now()})
+	return v.(*pendingRoute)
 }
 
 // settleLimit bounds how long a route with pending records goes without a status

@@ -73,7 +73,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			reconcileOutcomes.WithLabelValues("deleting").Inc()
 			// Waiting, as a route whose records are pending: a zone that cannot be read
 			// tells it so (notify).
-			r.pendingSince.LoadOrStore(owner, time.Now())
+			r.markPending(owner)
 			requeue := requeueSafety
 			if r.DeletionTimeout > 0 {
 				requeue = min(requeue, r.DeletionTimeout-waited)
@@ -104,8 +104,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.owners.Delete(owner)
-	r.pendingSince.Delete(owner)
-	r.settling.Delete(owner)
+	r.pending.Delete(owner)
 	r.failStatic.set(types.NamespacedName{Namespace: route.Namespace, Name: route.Name}, false)
 	// Its records are gone: its hostnames and tenantID are free for the next claimant.
 	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
