@@ -139,12 +139,17 @@ func (a *Accounts) Set(acct *Account) {
 // place yet and has met no error (zonequeue.Queue.Holds): that queue's answer is
 // still to come.
 //
-// It walks under the registry's read lock, then each account's, then each queue's:
-// nothing takes the registry's lock while it holds an account's or a queue's.
+// The registry's lock is let go before any queue's is awaited: a queue holds its lock
+// over loops of 100,000 owners, and meanwhile a writer waiting for the registry's
+// (countOutcome, on every answer) would stop every reconcile's Accounts.Get.
 func (a *Accounts) holds(owner string) bool {
 	a.mu.RLock()
-	defer a.mu.RUnlock()
+	accounts := make([]*Account, 0, len(a.byEdge))
 	for _, acct := range a.byEdge {
+		accounts = append(accounts, acct)
+	}
+	a.mu.RUnlock()
+	for _, acct := range accounts {
 		acct.mu.RLock()
 		for _, q := range acct.queues {
 			if q.Holds(owner) {

@@ -142,6 +142,43 @@ func TestOneReconcileForAllTheProvidersAnswers(t *testing.T) {
 	}
 }
 
+// A zone whose listing fails tells the routes waiting for it, and no other: every
+// route keeps an empty desire there, and while a sync starts nearly every route is
+// pending. Told each failure, 100,000 routes were planned again at every retry of
+// one zone none of them had records in.
+func TestAFailingListingReconcilesOnlyTheRoutesWaitingForIt(t *testing.T) {
+	const n = 100
+	o := newOperator(t, "listquiet")
+	_, r53Old := o.addZone("legacy.example.com")
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old}})
+	o.start()
+	o.create(o.route("warmup", "warmup.auth.example.com"))
+	o.waitReady("warmup")
+	// The routes below stay pending for as long as their Route53 zone is held, while
+	// the failing zone is tried again and again.
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old},
+		PathLatency: map[string]emulatorkit.Duration{o.r53Zone: {Duration: 25 * time.Second}}})
+	before, tried := o.reconciles.Load(), o.r53.Injected()
+	o.createRoutes(n)
+	// Two failed listings (five attempts each) after the routes were planned: each
+	// told every route with an empty desire there.
+	eventually(t, 60*time.Second, func() error {
+		if got := o.r53.Injected() - tried; got < 10 {
+			return fmt.Errorf("the failing zone was tried %d times since the routes came", got)
+		}
+		return nil
+	})
+	got := o.reconciles.Load() - before
+	t.Logf("%d reconciles for %d pending routes through two failed listings", got, n)
+	if err := o.allReady(n); err == nil {
+		t.Fatal("the routes were Ready before the failing zone was tried: the count says nothing")
+	}
+	// One a route, its plan: Cloudflare's answer waits for Route53's (settling).
+	if got > n+n/4 {
+		t.Fatalf("%d reconciles for %d routes that do not wait for the failing zone", got, n)
+	}
+}
+
 // TestThousandRoutesInOneZone counts the provider calls that 1,000 TenantRoutes in one
 // zone take: one listing of the zone, and writes close to the batch minimum.
 func TestThousandRoutesInOneZone(t *testing.T) {

@@ -71,9 +71,9 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			}
 			meta.SetStatusCondition(&route.Status.Conditions, ready)
 			reconcileOutcomes.WithLabelValues("deleting").Inc()
-			// Waiting, as a route whose records are pending: a zone that cannot be read
-			// tells it so (notify).
-			r.markPending(owner)
+			// Waiting for every zone, as a route whose records are pending: a zone that
+			// cannot be read tells it so (notify).
+			r.markPending(owner).listing.Store(true)
 			requeue := requeueSafety
 			if r.DeletionTimeout > 0 {
 				requeue = min(requeue, r.DeletionTimeout-waited)

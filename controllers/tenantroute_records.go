@@ -31,6 +31,8 @@ type edgeState struct {
 	movedSet bool
 	// idle: a queue holding some of its pending records was not flushing.
 	idle bool
+	// listing: it waits for a zone's first listing (a deletion there may be due).
+	listing bool
 }
 
 // moved notes the progress of a queue holding some of its pending records, and
@@ -53,6 +55,11 @@ func lastMoved(states []*edgeState) time.Time {
 		}
 	}
 	return at
+}
+
+// awaitsListing tells whether states wait for a zone's first listing.
+func awaitsListing(states []*edgeState) bool {
+	return slices.ContainsFunc(states, func(s *edgeState) bool { return s.listing })
 }
 
 // inFlight tells whether every queue holding pending records of states is flushing
@@ -162,8 +169,16 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 		}
 		s := state(p.Edge)
 		if acct := r.Accounts.Get(p.Edge); acct != nil {
-			for zone := range acct.Queues() {
+			queues := acct.Queues()
+			for zone := range queues {
 				r.desire(s, zone, owner, nil, true)
+			}
+			if ep, ok := edges[p.Edge]; ok {
+				for _, z := range ep.Spec.Zones {
+					if _, resolved := queues[z.Name]; !resolved {
+						r.desire(s, z.Name, owner, nil, true) // waits for it
+					}
+				}
 			}
 		} else if _, exists := edges[p.Edge]; exists {
 			s.errs = append(s.errs, fmt.Sprintf("EdgeProvider %s is not ready", p.Edge))
@@ -193,7 +208,10 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 	}
 	q, ok := acct.Queue(zone)
 	if !ok {
-		if len(records) > 0 {
+		// Not resolved yet. A route with records for it waits; so does a route letting
+		// an edge or a hostname go, since the zone may hold records of it: the name
+		// must not go to its next claimant before they are deleted.
+		if len(records) > 0 || cleanup {
 			s.awaiting = true
 			s.errs = append(s.errs, fmt.Sprintf("zone %s of EdgeProvider %s is not ready (see its ZonesReady condition)", zone, s.edge))
 		}
@@ -212,6 +230,7 @@ func (r *TenantRouteReconciler) desire(s *edgeState, zone, owner string, records
 		return out, true
 	}
 	s.add(zone, out)
+	s.listing = s.listing || out.Unlisted
 	if !out.Synced {
 		s.moved(q.Moving())
 	}

@@ -669,6 +669,22 @@ func TestReadyDoesNotWaitForTheListingOfAnotherZone(t *testing.T) {
 	})
 }
 
+// moveOutOfAFailingZone makes route mover with a hostname in zone, then, with the
+// operator down, moves that hostname to the test's zone, makes Route53's zone (id
+// r53ID) fail every request, and starts the operator again. It returns the name let go.
+func (o *operator) moveOutOfAFailingZone(zone, r53ID string) string {
+	o.t.Helper()
+	oldHost := "mover." + zone
+	o.start()
+	o.create(o.route("mover", oldHost))
+	o.waitReady("mover")
+	o.stopManager()
+	edit(o.t, o.get("mover"), func(tr *v1.TenantRoute) { tr.Spec.Hostnames = []string{"mover." + zoneName} })
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53ID}})
+	o.start()
+	return oldHost
+}
+
 // A zone that cannot be read is the business of the routes that have records there or
 // wait for its listing, not of every route of its account: the others keep a desire
 // there (to clean up after a spec change) and are Ready without it. Seen as a status,
@@ -678,17 +694,9 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 	const oldZone = "legacy.example.com"
 	o := newOperator(t, "listfails")
 	cfOld, r53Old := o.addZone(oldZone)
-	const oldHost, newHost = "mover." + oldZone, "mover." + zoneName
-	o.start()
-	o.create(o.route("mover", oldHost))
-	o.waitReady("mover")
-	o.stopManager()
-
 	// While the operator is down, mover lets its name in the failing zone go: it waits
 	// for that zone to be read. The others never had anything there.
-	edit(t, o.get("mover"), func(tr *v1.TenantRoute) { tr.Spec.Hostnames = []string{newHost} })
-	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old}})
-	o.start()
+	oldHost := o.moveOutOfAFailingZone(oldZone, r53Old)
 	stayers := []string{"a", "b", "c"}
 	for _, name := range stayers {
 		o.create(o.route(name, name+"."+zoneName))
@@ -760,4 +768,66 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
+}
+
+// A zone whose lookup fails when the operator starts has no queue until it resolves,
+// and it may hold records of a hostname that a route let go meanwhile: the name stays
+// the route's, and no rival is granted it, until the zone is read and the record
+// deleted. The lookup of a zone given by id is a request of its own (Route53's
+// GetHostedZone), which fails alone.
+func TestAHostnameIsNotLetGoWhileAZoneIsUnresolved(t *testing.T) {
+	const oldZone = "legacy.example.com"
+	o := newOperator(t, "unresolved")
+	_, r53Old := o.addZone(oldZone)
+	edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}, func(ep *v1.EdgeProvider) {
+		for i := range ep.Spec.Zones {
+			if ep.Spec.Zones[i].Name == oldZone {
+				ep.Spec.Zones[i].ID = r53Old
+			}
+		}
+	})
+	oldHost := o.moveOutOfAFailingZone(oldZone, r53Old)
+	o.create(o.route("rival", oldHost))
+	// mover's record, told from rival's (once granted) by the registry record that
+	// names its owner.
+	recordLeft := func() bool {
+		for _, rs := range o.r53.RecordSets(r53Old) {
+			if strings.HasPrefix(rs.Name, "_tenantroute-") && strings.HasSuffix(rs.Name, "."+oldHost+".") &&
+				slices.ContainsFunc(rs.Values, func(v string) bool { return strings.Contains(v, "mover") }) {
+				return true
+			}
+		}
+		return false
+	}
+	// The EdgeProvider says the zone cannot be resolved, and tries again every 10 s;
+	// until it can, mover holds the name and says why.
+	eventually(t, 20*time.Second, func() error {
+		mover := o.get("mover")
+		if !recordLeft() {
+			t.Fatal("mover's record left the unresolved zone")
+		}
+		if st := hostnameState(o.get("rival"), oldHost); st == v1.ClaimGranted {
+			t.Fatalf("%s granted to rival while mover's route53 record is in an unresolved zone", oldHost)
+		}
+		if mover.Status.ObservedGeneration != mover.Generation {
+			return fmt.Errorf("mover's status is of generation %d of %d", mover.Status.ObservedGeneration, mover.Generation)
+		}
+		if msg := condition(mover.Status.Conditions, v1.ConditionReady).Message; !strings.Contains(msg, oldZone) {
+			return fmt.Errorf("mover's Ready message does not name %s: %q", oldZone, msg)
+		}
+		return nil
+	})
+	o.r53.SetFaults(emulatorkit.Faults{})
+	eventually(t, 40*time.Second, func() error {
+		if st := hostnameState(o.get("rival"), oldHost); st == v1.ClaimGranted && recordLeft() {
+			t.Fatalf("%s granted to rival while mover's route53 record is still there", oldHost)
+		}
+		if recordLeft() {
+			return fmt.Errorf("mover's record at %s is still in route53", oldHost)
+		}
+		if st := hostnameState(o.get("rival"), oldHost); st != v1.ClaimGranted {
+			return fmt.Errorf("rival's claim on %s is %q", oldHost, st)
+		}
+		return expectCondition(o.get("mover").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
 }
