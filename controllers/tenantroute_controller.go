@@ -111,6 +111,9 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if apierrors.IsNotFound(err) {
 			r.enqueueClaimants(ctx, req.NamespacedName, r.Claims.Release(req.NamespacedName))
 			r.rewrites.statusWritten(req.NamespacedName, "")
+			// Gone without its deletion here (its finalizer removed by hand, or by a
+			// former leader): nothing of it is pending any more.
+			r.pending.Delete(desired.OwnerKey(r.Instance, req.Namespace, req.Name))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
