@@ -155,14 +155,15 @@ func TestAFailingListingReconcilesOnlyTheRoutesWaitingForIt(t *testing.T) {
 	o.create(o.route("warmup", "warmup.auth.example.com"))
 	o.waitReady("warmup")
 	// The routes below stay pending for as long as their Route53 zone is held, while
-	// the failing zone is tried again and again.
+	// the failing zone is tried again and again: longer than two failed listings can
+	// take (five attempts each, with the SDK's backoff of up to 5 s between them).
 	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old},
-		PathLatency: map[string]emulatorkit.Duration{o.r53Zone: {Duration: 25 * time.Second}}})
+		PathLatency: map[string]emulatorkit.Duration{o.r53Zone: {Duration: time.Minute}}})
 	before, tried := o.reconciles.Load(), o.r53.Injected()
 	o.createRoutes(n)
 	// Two failed listings (five attempts each) after the routes were planned: each
 	// told every route with an empty desire there.
-	eventually(t, 60*time.Second, func() error {
+	eventually(t, 50*time.Second, func() error {
 		if got := o.r53.Injected() - tried; got < 10 {
 			return fmt.Errorf("the failing zone was tried %d times since the routes came", got)
 		}
