@@ -799,9 +799,10 @@ func TestAHostnameIsNotLetGoWhileAZoneIsUnresolved(t *testing.T) {
 		}
 		return false
 	}
-	// The EdgeProvider says the zone cannot be resolved, and tries again every 10 s;
-	// until it can, mover holds the name and says why.
-	eventually(t, 20*time.Second, func() error {
+	// The EdgeProvider says the zone cannot be resolved (after five attempts, with the
+	// SDK's backoff of up to 5 s between them), and tries again every 10 s; until it
+	// can, mover holds the name and says why.
+	eventually(t, 40*time.Second, func() error {
 		mover := o.get("mover")
 		if !recordLeft() {
 			t.Fatal("mover's record left the unresolved zone")
@@ -818,7 +819,7 @@ func TestAHostnameIsNotLetGoWhileAZoneIsUnresolved(t *testing.T) {
 		return nil
 	})
 	o.r53.SetFaults(emulatorkit.Faults{})
-	eventually(t, 40*time.Second, func() error {
+	eventually(t, 60*time.Second, func() error {
 		if st := hostnameState(o.get("rival"), oldHost); st == v1.ClaimGranted && recordLeft() {
 			t.Fatalf("%s granted to rival while mover's route53 record is still there", oldHost)
 		}
