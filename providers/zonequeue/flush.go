@@ -208,7 +208,7 @@ func (q *Queue) take() *pending {
 
 // list reads the zone and notes which owners have records in it. Unlisted empty
 // desires of owners with records here join the flush; the others are answered now.
-// After a failed listing they stay unlisted for the next flush, told of its error.
+// A failed listing is the caller's to report (listFailed).
 func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error) {
 	var current []providers.Record
 	var err error
@@ -238,17 +238,6 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		current, err = q.provider.ListRecords(ctx, q.zone)
 	}
 	if err != nil {
-		// The empty desires stay unanswered, and are told why: only an owner waiting
-		// for this zone to be read (an edge being removed, a hostname let go, a route
-		// being deleted) has records here that the error concerns. Turning them into
-		// owners would hand the error to every route of the account, most of which
-		// never had a record here.
-		kept := q.keepUnlisted(p.unlisted, err)
-		if q.notify != nil {
-			for _, key := range kept {
-				q.notify(key, Outcome{Unlisted: true, Err: err})
-			}
-		}
 		return nil, err
 	}
 	present := map[string]struct{}{}
@@ -270,20 +259,30 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 
 // listFailed gives every owner of the flush the listing's error; they are retried.
 // What the zone holds is unknown until it is listed again: every empty desire is kept
-// meanwhile.
+// meanwhile. The unlisted ones stay unanswered and are told why, as unlisted still:
+// only an owner waiting for this zone to be read (an edge being removed, a hostname
+// let go, a route being deleted) has records here that the error concerns. Turning
+// them into owners would hand the error to every route of the account, most of which
+// never had a record here.
 func (q *Queue) listFailed(p *pending, err error) {
 	// The routes with records here hear of it through their outcomes; a zone where
 	// none has records (only empty desires wait for it) has no other voice.
 	q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
 		"owners", len(p.batch), "waiting", len(p.unlisted))
 	q.mu.Lock()
-	q.present = nil
+	q.present, q.listErr = nil, err
+	kept := q.keepUnlistedLocked(p.unlisted)
 	q.mu.Unlock()
 	outcomes := make(map[string]*Outcome, len(p.batch))
 	for key := range p.batch {
 		outcomes[key] = &Outcome{Err: err}
 	}
 	q.finish(outcomes, nil, false)
+	if q.notify != nil {
+		for _, key := range kept {
+			q.notify(key, Outcome{Unlisted: true, Err: err})
+		}
+	}
 	q.mu.Lock()
 	if p.sweep {
 		q.scheduleSweep() // look again once the zone can be listed

@@ -290,15 +290,6 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	return o.outcome()
 }
 
-// keepUnlisted gives back the unlisted desires of a flush whose listing failed with
-// err, and returns them: the next flush lists the zone again for them.
-func (q *Queue) keepUnlisted(unlisted map[string]struct{}, err error) []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.listErr = err
-	return q.keepUnlistedLocked(unlisted)
-}
-
 // keepUnlistedLocked puts unlisted desires back in the queue, but for owners that
 // declared records since, and returns those it kept. q.mu must be held.
 func (q *Queue) keepUnlistedLocked(unlisted map[string]struct{}) (kept []string) {
