@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/desired"
@@ -73,6 +74,9 @@ type EdgeProviderReconciler struct {
 
 	rejections sync.Map // EdgeProvider name -> refusals of its credentials in a row
 	announced  sync.Map // EdgeProvider name -> what its deletion last reported
+	// unreadable asks for a reconcile when a zone stops or starts being readable, so
+	// that ZonesReady says so (zonequeue.Options.Readable).
+	unreadable requests
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
@@ -173,6 +177,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
+			opts.Readable = func(error) { r.unreadable.add(types.NamespacedName{Name: ep.Name}) }
 			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
 			}))
@@ -215,9 +220,16 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	}
 	queues := acct.Queues()
 	ep.Status.Zones = nil
+	// A resolved zone that cannot be listed holds up only the routes waiting for it to
+	// be read (a name let go, an edge removed, a deletion), and its queue retries with
+	// backoff; this is where its EdgeProvider says so.
+	var unreadable []string
 	for _, z := range ep.Spec.Zones {
 		if q, ok := queues[z.Name]; ok {
 			ep.Status.Zones = append(ep.Status.Zones, v1.ZoneStatus{Name: z.Name, ID: q.Zone().ID})
+			if err := q.ListErr(); err != nil {
+				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", z.Name, err))
+			}
 		}
 	}
 	if len(queues) > 0 {
@@ -229,8 +241,14 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			"could not reach the provider to resolve zones: "+strings.Join(unreachable, "; "))
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	case len(missing) > 0:
-		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneNotFound,
-			"zones not found at the provider: "+strings.Join(missing, "; "))
+		msg := "zones not found at the provider: " + strings.Join(missing, "; ")
+		if len(unreadable) > 0 {
+			msg += "; zones that cannot be listed: " + strings.Join(unreadable, "; ")
+		}
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneNotFound, msg)
+	case len(unreadable) > 0:
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneUnreadable,
+			"zones that cannot be listed, retried with backoff: "+strings.Join(unreadable, "; "))
 	default:
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, v1.ReasonZonesResolved,
 			fmt.Sprintf("%d zones resolved", len(queues)))
@@ -303,6 +321,7 @@ func (r *EdgeProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.EdgeProvider{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted()))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.providersOfSecret)).
+		WatchesRawSource(source.Func(r.unreadable.start)).
 		Named("edgeprovider").
 		Complete(r)
 }

@@ -737,6 +737,25 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, blames("mover", v1.ReasonProviderError))
+	// The EdgeProvider says which zone it cannot read: nothing else would for a zone
+	// that holds no route's records.
+	zonesReady := func(name string, status metav1.ConditionStatus, reason string) error {
+		ep := &v1.EdgeProvider{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, ep); err != nil {
+			return err
+		}
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, status, reason); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if msg := condition(ep.Status.Conditions, v1.ConditionZonesReady).Message; status == metav1.ConditionFalse && !strings.Contains(msg, oldZone) {
+			return fmt.Errorf("%s's ZonesReady does not name %s: %q", name, oldZone, msg)
+		}
+		return nil
+	}
+	eventually(t, 10*time.Second, func() error { return zonesReady(o.awsEdge, metav1.ConditionFalse, v1.ReasonZoneUnreadable) })
+	if err := zonesReady(o.cfEdge, metav1.ConditionTrue, v1.ReasonZonesResolved); err != nil {
+		t.Fatalf("the edge whose zones answer: %v", err)
+	}
 	if err := k8s.Delete(context.Background(), o.get("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -751,7 +770,10 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 		if mover.Status.ObservedGeneration != mover.Generation || hostnameState(mover, oldHost) != "" {
 			return fmt.Errorf("mover's status: generation %d of %d, %s %q", mover.Status.ObservedGeneration, mover.Generation, oldHost, hostnameState(mover, oldHost))
 		}
-		return expectCondition(mover.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+		if err := expectCondition(mover.Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, ""); err != nil {
+			return err
+		}
+		return zonesReady(o.awsEdge, metav1.ConditionTrue, v1.ReasonZonesResolved)
 	})
 	for _, rs := range o.r53.RecordSets(r53Old) {
 		if strings.TrimSuffix(rs.Name, ".") == oldHost {

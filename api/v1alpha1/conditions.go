@@ -18,7 +18,8 @@ const (
 
 	// ConditionCredentialsReady: the EdgeProvider's credentials were read and accepted.
 	ConditionCredentialsReady = "CredentialsReady"
-	// ConditionZonesReady: every zone of the EdgeProvider exists at the provider.
+	// ConditionZonesReady: every zone of the EdgeProvider exists at the provider and
+	// its last listing succeeded.
 	ConditionZonesReady = "ZonesReady"
 	// ConditionHealthy: the EdgeProvider's edge passes its health check.
 	ConditionHealthy = "Healthy"

@@ -58,6 +58,7 @@ const (
 	ReasonCredentialsRejected = "CredentialsRejected"
 	ReasonZonesResolved       = "ZonesResolved"
 	ReasonZoneNotFound        = "ZoneNotFound"
+	ReasonZoneUnreadable      = "ZoneUnreadable" // a resolved zone's records cannot be listed
 	ReasonProviderUnreachable = "ProviderUnreachable"
 )
 

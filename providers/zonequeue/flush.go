@@ -247,8 +247,12 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		}
 	}
 	q.mu.Lock()
+	wasUnreadable := q.listErr != nil
 	q.present, q.listErr = present, nil
 	q.mu.Unlock()
+	if wasUnreadable && q.opts.Readable != nil {
+		q.opts.Readable(nil)
+	}
 	if answered := q.adopt(p.unlisted, present, p.batch); len(answered) > 0 && q.notify != nil {
 		for _, key := range answered {
 			q.notify(key, Outcome{Synced: true})
@@ -270,9 +274,13 @@ func (q *Queue) listFailed(p *pending, err error) {
 	q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
 		"owners", len(p.batch), "waiting", len(p.unlisted))
 	q.mu.Lock()
+	wasReadable := q.listErr == nil
 	q.present, q.listErr = nil, err
 	kept := q.keepUnlistedLocked(p.unlisted)
 	q.mu.Unlock()
+	if wasReadable && q.opts.Readable != nil {
+		q.opts.Readable(err)
+	}
 	outcomes := make(map[string]*Outcome, len(p.batch))
 	for key := range p.batch {
 		outcomes[key] = &Outcome{Err: err}

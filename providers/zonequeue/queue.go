@@ -84,6 +84,12 @@ type Options struct {
 	// Flushed, if set, is told of every flush that sent changes: how many, how long
 	// the provider took to apply them, and its error.
 	Flushed func(changes int, took time.Duration, err error)
+	// Readable, if set, is told when the zone stops or starts being readable: the
+	// error of a failed listing after a successful one (or as the first), nil after
+	// a successful listing that follows a failed one. A zone that cannot be listed
+	// holds up only the routes waiting for it to be read, so without it nothing on
+	// the EdgeProvider would say so. ListErr says the same at any time.
+	Readable func(err error)
 }
 
 func (o *Options) defaults() {
@@ -211,6 +217,14 @@ func New(provider providers.Provider, zone providers.Zone, opts Options, notify 
 
 // Zone is the queue's zone.
 func (q *Queue) Zone() providers.Zone { return q.zone }
+
+// ListErr is why the zone's last listing failed, nil if it succeeded or none was
+// tried yet.
+func (q *Queue) ListErr() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.listErr
+}
 
 // Progress is when the queue was last seen moving records: now while a flush lists the
 // zone or applies changes (a provider's rate limit makes one flush of a large backlog

@@ -563,6 +563,52 @@ func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
 	}
 }
 
+// A zone that cannot be listed says so once when it stops being readable and once when
+// it is again, however many listings fail in between: the EdgeProvider's status is
+// written on each, and a retry every few seconds must not write it each time.
+func TestReadableIsToldOfChangesOnly(t *testing.T) {
+	mem := newMem()
+	var told []error
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Readable: func(err error) { told = append(told, err) }}, nil)
+	if err := q.ListErr(); err != nil {
+		t.Fatalf("ListErr before any listing: %v", err)
+	}
+	q.Desire("a", cname("a.example.com"))
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(told) != 0 {
+		t.Fatalf("a first listing that succeeded told %v", told)
+	}
+	mem.listFail = errors.New("zone unreachable")
+	for range 3 {
+		q.resyncAll()
+		if err := q.Flush(context.Background()); err == nil {
+			t.Fatal("a flush with a failing listing succeeded")
+		}
+		if err := q.ListErr(); err == nil || err.Error() != "zone unreachable" {
+			t.Fatalf("ListErr while the listing fails: %v", err)
+		}
+	}
+	if len(told) != 1 || told[0] == nil {
+		t.Fatalf("three failed listings told %v, want the error once", told)
+	}
+	mem.mu.Lock()
+	mem.listFail = nil
+	mem.mu.Unlock()
+	q.resyncAll()
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.resyncAll()
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(told) != 2 || told[1] != nil || q.ListErr() != nil {
+		t.Fatalf("listings that succeed again told %v (ListErr %v), want nil once more", told, q.ListErr())
+	}
+}
+
 // An Expedite that finds nothing pending (a failover that moved nothing in this zone)
 // must not rush the next burst: its first desire went out alone in a batch of its own
 // before, one more Route53 call per zone in every failover that followed.
