@@ -138,18 +138,8 @@ func (a *Accounts) Set(acct *Account) {
 // holds tells whether a queue of any account holds a desire of owner that is not in
 // place yet and has met no error (zonequeue.Queue.Holds): that queue's answer is
 // still to come.
-//
-// The registry's lock is let go before any queue's is awaited: a queue holds its lock
-// over loops of 100,000 owners, and meanwhile a writer waiting for the registry's
-// (countOutcome, on every answer) would stop every reconcile's Accounts.Get.
 func (a *Accounts) holds(owner string) bool {
-	a.mu.RLock()
-	accounts := make([]*Account, 0, len(a.byEdge))
-	for _, acct := range a.byEdge {
-		accounts = append(accounts, acct)
-	}
-	a.mu.RUnlock()
-	for _, acct := range accounts {
+	for _, acct := range a.all() {
 		acct.mu.RLock()
 		for _, q := range acct.queues {
 			if q.Holds(owner) {
@@ -215,11 +205,23 @@ func (a *Accounts) countOutcome(edge, zone, owner string, n int, failed bool) {
 
 // expediteAll has every queue flush what is pending now.
 func (a *Accounts) expediteAll() {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	for _, acct := range a.byEdge {
+	for _, acct := range a.all() {
 		for _, q := range acct.Queues() {
 			q.Expedite()
 		}
 	}
+}
+
+// all are the accounts, copied out of the registry's lock: callers that go on to wait
+// for a queue's lock must not hold it meanwhile. A queue holds its lock over loops of
+// 100,000 owners, and a writer waiting for the registry (countOutcome, on every
+// answer) would stop every reconcile's Accounts.Get behind it.
+func (a *Accounts) all() []*Account {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	accounts := make([]*Account, 0, len(a.byEdge))
+	for _, acct := range a.byEdge {
+		accounts = append(accounts, acct)
+	}
+	return accounts
 }
