@@ -140,14 +140,11 @@ func (a *Accounts) Set(acct *Account) {
 // still to come.
 func (a *Accounts) holds(owner string) bool {
 	for _, acct := range a.all() {
-		acct.mu.RLock()
-		for _, q := range acct.queues {
+		for _, q := range acct.Queues() {
 			if q.Holds(owner) {
-				acct.mu.RUnlock()
 				return true
 			}
 		}
-		acct.mu.RUnlock()
 	}
 	return false
 }
@@ -213,9 +210,11 @@ func (a *Accounts) expediteAll() {
 }
 
 // all are the accounts, copied out of the registry's lock: callers that go on to wait
-// for a queue's lock must not hold it meanwhile. A queue holds its lock over loops of
-// 100,000 owners, and a writer waiting for the registry (countOutcome, on every
-// answer) would stop every reconcile's Accounts.Get behind it.
+// for a queue's lock must not hold it meanwhile, nor an account's (Account.Queues
+// copies too). A queue holds its lock over loops of 100,000 owners, and a writer
+// waiting for the registry (countOutcome, on every answer), or for an account (a zone
+// resolving late), would stop every reconcile's Accounts.Get or Account.Queue behind
+// it.
 func (a *Accounts) all() []*Account {
 	a.mu.RLock()
 	defer a.mu.RUnlock()

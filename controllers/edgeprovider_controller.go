@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,6 +161,14 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		// Route53 list pages.
 		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, 2*r.ZoneResync))
 	}
+	// A queue that has not listed its zone yet (a new account after an edit or a
+	// rotated Secret, a new leader) keeps what the status last said of it: reporting
+	// the zone readable until its first listing fails again would flap ZonesReady,
+	// with an event each way.
+	lastListError := map[string]string{}
+	for _, z := range ep.Status.Zones {
+		lastListError[z.Name] = z.ListError
+	}
 	var missing, unreachable []string
 	var rejected error
 	resolvedNow := 0
@@ -177,7 +186,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
-			opts.Readable = func(error) { r.unreadable.add(types.NamespacedName{Name: ep.Name}) }
+			opts.Readable = r.wakeOnReadable(ep.Name, lastListError[zone.Name] != "")
 			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
 			}))
@@ -219,18 +228,29 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		r.Accounts.ready(ep.Name) // routes in the newly resolved zones were waiting
 	}
 	queues := acct.Queues()
-	ep.Status.Zones = nil
 	// A resolved zone that cannot be listed holds up only the routes waiting for it to
 	// be read (a name let go, an edge removed, a deletion), and its queue retries with
 	// backoff; this is where its EdgeProvider says so.
+	ep.Status.Zones = nil
 	var unreadable []string
 	for _, z := range ep.Spec.Zones {
-		if q, ok := queues[z.Name]; ok {
-			ep.Status.Zones = append(ep.Status.Zones, v1.ZoneStatus{Name: z.Name, ID: q.Zone().ID})
-			if err := q.ListErr(); err != nil {
-				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", z.Name, err))
-			}
+		q, ok := queues[z.Name]
+		if !ok {
+			continue
 		}
+		zs := v1.ZoneStatus{Name: z.Name, ID: q.Zone().ID}
+		switch tried, err := q.Listed(); {
+		case err != nil:
+			// The kind and code only: the provider's text carries request ids, and
+			// would rewrite the status at every reconcile.
+			zs.ListError = errorSummary(err)
+		case !tried:
+			zs.ListError = lastListError[z.Name]
+		}
+		if zs.ListError != "" {
+			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", z.Name, zs.ListError))
+		}
+		ep.Status.Zones = append(ep.Status.Zones, zs)
 	}
 	if len(queues) > 0 {
 		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, v1.ReasonCredentialsAccepted, "the provider accepted the credentials")
@@ -238,22 +258,54 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	switch {
 	case len(unreachable) > 0:
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionUnknown, v1.ReasonProviderUnreachable,
-			"could not reach the provider to resolve zones: "+strings.Join(unreachable, "; "))
+			"could not reach the provider to resolve zones: "+zoneList(unreachable))
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	case len(missing) > 0:
-		msg := "zones not found at the provider: " + strings.Join(missing, "; ")
+		msg := "zones not found at the provider: " + zoneList(missing)
 		if len(unreadable) > 0 {
-			msg += "; zones that cannot be listed: " + strings.Join(unreadable, "; ")
+			msg += "; zones that cannot be listed: " + zoneList(unreadable)
 		}
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneNotFound, msg)
 	case len(unreadable) > 0:
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneUnreadable,
-			"zones that cannot be listed, retried with backoff: "+strings.Join(unreadable, "; "))
+			"zones that cannot be listed, retried with backoff: "+zoneList(unreadable))
 	default:
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionTrue, v1.ReasonZonesResolved,
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+}
+
+// wakeOnReadable is a zone queue's Readable: it reconciles the EdgeProvider when the
+// zone stops being readable, and when it is again after the status said it was not
+// (unreadable: what the status said when the queue was made). A first listing that
+// succeeds where nothing was wrong asks for nothing: at the start every zone lists,
+// and each reconcile checks the credentials with a request at the account's pace.
+func (r *EdgeProviderReconciler) wakeOnReadable(edge string, unreadable bool) func(error) {
+	var known atomic.Bool
+	known.Store(unreadable)
+	return func(err error) {
+		if err != nil {
+			known.Store(true)
+			r.unreadable.add(types.NamespacedName{Name: edge})
+		} else if known.Swap(false) {
+			r.unreadable.add(types.NamespacedName{Name: edge})
+		}
+	}
+}
+
+// zonesNamed is how many zones a condition's message names; status.zones has them all.
+const zonesNamed = 10
+
+// zoneList joins the first zonesNamed entries of a list of zones and says how many
+// more there are. A message is bounded by the API (32,768 characters for a condition,
+// which refuses the whole status beyond), and an EdgeProvider may have 100 zones,
+// each quoted with a provider's error of a few hundred characters.
+func zoneList(zones []string) string {
+	if len(zones) <= zonesNamed {
+		return strings.Join(zones, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(zones[:zonesNamed], "; "), len(zones)-zonesNamed)
 }
 
 // rejectedBackoff is how long until the credentials of an EdgeProvider the provider

@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"fmt"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,5 +62,23 @@ func (s *eventSink) Eventf(regarding, related runtime.Object, eventtype, reason,
 			return
 		}
 	}
-	s.inner.Eventf(regarding, related, eventtype, reason, action, note, args...)
+	s.inner.Eventf(regarding, related, eventtype, reason, action, "%s", clipNote(fmt.Sprintf(note, args...)))
+}
+
+// maxNote is the longest note the API server accepts in an events.k8s.io/v1 Event; it
+// refuses the whole event past it, and the recorder only logs that. Messages that
+// name many zones or quote a provider's error can pass it.
+const maxNote = 1024
+
+// clipNote cuts a note to maxNote bytes, on a rune boundary, marking the cut.
+func clipNote(note string) string {
+	if len(note) <= maxNote {
+		return note
+	}
+	const mark = " ..."
+	cut := maxNote - len(mark)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + mark
 }

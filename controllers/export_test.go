@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 )
@@ -29,4 +30,9 @@ func (t StatusWriterForTest) Write(ctx context.Context, before, after *v1.Tenant
 
 func (t StatusWriterForTest) WriteLocked(ctx context.Context, before, after *v1.TenantRoute) (string, error) {
 	return t.w.writeLocked(ctx, before, after)
+}
+
+// NewEventSinkForTest is the operator's event sink over inner, at the default budgets.
+func NewEventSinkForTest(inner events.EventRecorder) events.EventRecorder {
+	return newEventSink(inner, DefaultEventQPS, DefaultEventBurst, DefaultFailoverEvents)
 }

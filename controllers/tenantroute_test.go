@@ -756,6 +756,41 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 	if err := zonesReady(o.cfEdge, metav1.ConditionTrue, v1.ReasonZonesResolved); err != nil {
 		t.Fatalf("the edge whose zones answer: %v", err)
 	}
+	listError := func() string {
+		ep := &v1.EdgeProvider{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, ep); err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range ep.Status.Zones {
+			if z.Name == oldZone {
+				return z.ListError
+			}
+		}
+		return ""
+	}
+	// The kind and the code, stable across retries; not the SDK's text with its ids.
+	if got := listError(); !strings.HasPrefix(got, "provider unreachable or throttling") || strings.Contains(got, "RequestID") {
+		t.Fatalf("status.zones[%s].listError = %q", oldZone, got)
+	}
+	// An edit rebuilds the account: its new queue has not listed the zone yet, and the
+	// status keeps saying what it last knew instead of turning True until the new
+	// queue's first listing fails (a flap with an event each way).
+	edited := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}
+	edit(t, edited, func(ep *v1.EdgeProvider) {
+		ep.Spec.HealthCheck.Timeout = metav1.Duration{Duration: 600 * time.Millisecond}
+	})
+	ep := &v1.EdgeProvider{}
+	for until := time.Now().Add(5 * time.Second); time.Now().Before(until); time.Sleep(25 * time.Millisecond) {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, ep); err != nil {
+			t.Fatal(err)
+		}
+		if err := expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneUnreadable); err != nil {
+			t.Fatalf("after an edit (generation %d, observed %d): %v", edited.Generation, ep.Status.ObservedGeneration, err)
+		}
+	}
+	if ep.Status.ObservedGeneration != edited.Generation {
+		t.Fatalf("the edit (generation %d) was not reconciled in 5 s (observed %d)", edited.Generation, ep.Status.ObservedGeneration)
+	}
 	if err := k8s.Delete(context.Background(), o.get("a")); err != nil {
 		t.Fatal(err)
 	}

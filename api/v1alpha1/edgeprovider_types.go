@@ -341,6 +341,13 @@ type ZoneStatus struct {
 	// id is the provider's zone id.
 	// +optional
 	ID string `json:"id,omitempty"`
+
+	// listError says why the zone's last listing failed (the kind of failure and the
+	// provider's error code); empty once a listing succeeds. Listings are retried with
+	// backoff, and only the TenantRoutes waiting for the zone to be read (a hostname or
+	// an edge let go, a deletion) wait meanwhile.
+	// +optional
+	ListError string `json:"listError,omitempty"`
 }
 
 // EdgeProvider is one provider account that is both a DNS host and a traffic edge.

@@ -247,10 +247,10 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		}
 	}
 	q.mu.Lock()
-	wasUnreadable := q.listErr != nil
+	changed := q.listErr != nil || q.present == nil // recovered, or the first listing
 	q.present, q.listErr = present, nil
 	q.mu.Unlock()
-	if wasUnreadable && q.opts.Readable != nil {
+	if changed && q.opts.Readable != nil {
 		q.opts.Readable(nil)
 	}
 	if answered := q.adopt(p.unlisted, present, p.batch); len(answered) > 0 && q.notify != nil {
@@ -274,11 +274,11 @@ func (q *Queue) listFailed(p *pending, err error) {
 	q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
 		"owners", len(p.batch), "waiting", len(p.unlisted))
 	q.mu.Lock()
-	wasReadable := q.listErr == nil
+	changed := q.listErr == nil // was readable, or the first listing
 	q.present, q.listErr = nil, err
 	kept := q.keepUnlistedLocked(p.unlisted)
 	q.mu.Unlock()
-	if wasReadable && q.opts.Readable != nil {
+	if changed && q.opts.Readable != nil {
 		q.opts.Readable(err)
 	}
 	outcomes := make(map[string]*Outcome, len(p.batch))
@@ -296,7 +296,11 @@ func (q *Queue) listFailed(p *pending, err error) {
 		q.scheduleSweep() // look again once the zone can be listed
 	}
 	if p.resync {
+		// Retried with the flush's backoff like any failure, owners or not: a zone
+		// that only resyncs (no sweep on start, nothing pending) would else stay
+		// unread, and its EdgeProvider say so, until the next period.
 		q.resyncing = true
+		q.touch()
 	}
 	q.mu.Unlock()
 }

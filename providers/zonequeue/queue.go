@@ -84,11 +84,11 @@ type Options struct {
 	// Flushed, if set, is told of every flush that sent changes: how many, how long
 	// the provider took to apply them, and its error.
 	Flushed func(changes int, took time.Duration, err error)
-	// Readable, if set, is told when the zone stops or starts being readable: the
-	// error of a failed listing after a successful one (or as the first), nil after
-	// a successful listing that follows a failed one. A zone that cannot be listed
-	// holds up only the routes waiting for it to be read, so without it nothing on
-	// the EdgeProvider would say so. ListErr says the same at any time.
+	// Readable, if set, is told of the first listing's result (nil or its error) and
+	// then of every change: the error of a failed listing after a successful one, nil
+	// after a successful listing that follows a failed one. A zone that cannot be
+	// listed holds up only the routes waiting for it to be read, so without it nothing
+	// on the EdgeProvider would say so. Listed says the same at any time.
 	Readable func(err error)
 }
 
@@ -218,12 +218,12 @@ func New(provider providers.Provider, zone providers.Zone, opts Options, notify 
 // Zone is the queue's zone.
 func (q *Queue) Zone() providers.Zone { return q.zone }
 
-// ListErr is why the zone's last listing failed, nil if it succeeded or none was
-// tried yet.
-func (q *Queue) ListErr() error {
+// Listed tells whether the queue has tried to list the zone yet, and why its last
+// listing failed (nil if it succeeded).
+func (q *Queue) Listed() (tried bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.listErr
+	return q.present != nil || q.listErr != nil, q.listErr
 }
 
 // Progress is when the queue was last seen moving records: now while a flush lists the

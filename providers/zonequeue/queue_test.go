@@ -565,20 +565,21 @@ func TestUnlistedEmptyDesiresShareAFailedListing(t *testing.T) {
 
 // A zone that cannot be listed says so once when it stops being readable and once when
 // it is again, however many listings fail in between: the EdgeProvider's status is
-// written on each, and a retry every few seconds must not write it each time.
+// written on each, and a retry every few seconds must not write it each time. The
+// first listing's result is told too: a new queue cannot know what the status says.
 func TestReadableIsToldOfChangesOnly(t *testing.T) {
 	mem := newMem()
 	var told []error
 	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Readable: func(err error) { told = append(told, err) }}, nil)
-	if err := q.ListErr(); err != nil {
-		t.Fatalf("ListErr before any listing: %v", err)
+	if tried, err := q.Listed(); tried || err != nil {
+		t.Fatalf("Listed before any listing: %t, %v", tried, err)
 	}
 	q.Desire("a", cname("a.example.com"))
 	if err := q.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(told) != 0 {
-		t.Fatalf("a first listing that succeeded told %v", told)
+	if tried, err := q.Listed(); !tried || err != nil || len(told) != 1 || told[0] != nil {
+		t.Fatalf("after a first listing that succeeded: Listed %t, %v; told %v", tried, err, told)
 	}
 	mem.listFail = errors.New("zone unreachable")
 	for range 3 {
@@ -586,26 +587,62 @@ func TestReadableIsToldOfChangesOnly(t *testing.T) {
 		if err := q.Flush(context.Background()); err == nil {
 			t.Fatal("a flush with a failing listing succeeded")
 		}
-		if err := q.ListErr(); err == nil || err.Error() != "zone unreachable" {
-			t.Fatalf("ListErr while the listing fails: %v", err)
+		if tried, err := q.Listed(); !tried || err == nil || err.Error() != "zone unreachable" {
+			t.Fatalf("Listed while the listing fails: %t, %v", tried, err)
 		}
 	}
-	if len(told) != 1 || told[0] == nil {
-		t.Fatalf("three failed listings told %v, want the error once", told)
+	if len(told) != 2 || told[1] == nil {
+		t.Fatalf("three failed listings told %v, want the error once", told[1:])
 	}
 	mem.mu.Lock()
 	mem.listFail = nil
 	mem.mu.Unlock()
-	q.resyncAll()
-	if err := q.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		q.resyncAll()
+		if err := q.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	q.resyncAll()
-	if err := q.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+	if _, err := q.Listed(); len(told) != 3 || told[2] != nil || err != nil {
+		t.Fatalf("listings that succeed again told %v (Listed: %v), want nil once more", told[2:], err)
 	}
-	if len(told) != 2 || told[1] != nil || q.ListErr() != nil {
-		t.Fatalf("listings that succeed again told %v (ListErr %v), want nil once more", told, q.ListErr())
+}
+
+// A resync whose listing fails is retried with the queue's backoff even when the zone
+// holds no owner and no sweep is asked for (sweeping off): it waited for the next
+// period, up to 10 minutes in which the zone was reported unreadable after it
+// answered again.
+func TestAFailedResyncIsRetriedWithNothingPending(t *testing.T) {
+	mem := newMem()
+	readable := make(chan error, 8)
+	// The operator's provider: it relists, so a resync with no owner still lists.
+	q := New(providers.NewCached(mem, time.Hour), providers.Zone{Name: "example.com", ID: "z"}, Options{Resync: time.Hour,
+		MaxBackoff: 50 * time.Millisecond, Quiet: time.Millisecond, MaxWait: 10 * time.Millisecond,
+		Readable: func(err error) { readable <- err }}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	q.resyncAll()
+	if err := <-readable; err != nil {
+		t.Fatalf("the first listing: %v", err)
+	}
+	mem.mu.Lock()
+	mem.listFail = errors.New("zone unreachable")
+	mem.mu.Unlock()
+	q.resyncAll()
+	if err := <-readable; err == nil {
+		t.Fatal("the failed resync told nil")
+	}
+	mem.mu.Lock()
+	mem.listFail = nil
+	mem.mu.Unlock()
+	select {
+	case err := <-readable:
+		if err != nil {
+			t.Fatalf("the retry: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the failed resync was not retried within 5 s (backoff 50 ms)")
 	}
 }
 
