@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
@@ -20,11 +21,28 @@ type Account struct {
 	cancel context.CancelFunc
 	mu     sync.RWMutex
 	queues map[string]*zonequeue.Queue // by zone name; a zone not resolved yet has none
+	// checked is when the provider last accepted the credentials (see checkDue).
+	checked time.Time
 }
 
-// newAccount returns an account without queues.
+// newAccount returns an account without queues, its credentials just accepted (its
+// zones are resolved with them next).
 func newAccount(edge, fingerprint string, p *providers.Cached) *Account {
-	return &Account{Edge: edge, Fingerprint: fingerprint, Provider: p, queues: map[string]*zonequeue.Queue{}}
+	return &Account{Edge: edge, Fingerprint: fingerprint, Provider: p, queues: map[string]*zonequeue.Queue{}, checked: time.Now()}
+}
+
+// checkDue tells whether the credentials are due for a check, at most once per
+// interval, and if so counts the check as done: an EdgeProvider is also reconciled
+// when a zone's listing starts or stops failing, and each check is a request at the
+// account's rate limit (Route53's 5 a second, shared with the zones' first listings).
+func (a *Account) checkDue(interval time.Duration) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.checked) < interval {
+		return false
+	}
+	a.checked = time.Now()
+	return true
 }
 
 // Queue returns the apply queue of a zone.

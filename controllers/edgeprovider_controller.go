@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -161,14 +160,6 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		// Route53 list pages.
 		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, 2*r.ZoneResync))
 	}
-	// A queue that has not listed its zone yet (a new account after an edit or a
-	// rotated Secret, a new leader) keeps what the status last said of it: reporting
-	// the zone readable until its first listing fails again would flap ZonesReady,
-	// with an event each way.
-	lastListError := map[string]string{}
-	for _, z := range ep.Status.Zones {
-		lastListError[z.Name] = z.ListError
-	}
 	var missing, unreachable []string
 	var rejected error
 	resolvedNow := 0
@@ -186,7 +177,9 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
-			opts.Readable = r.wakeOnReadable(ep.Name, lastListError[zone.Name] != "")
+			// The first listing's result too: the status may say the zone could not be
+			// read, from an account this one replaces or a former leader.
+			opts.Readable = func(error) { r.unreadable.add(types.NamespacedName{Name: ep.Name}) }
 			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
 			}))
@@ -196,11 +189,16 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		case providers.IsPermanent(err):
 			missing = append(missing, fmt.Sprintf("%s (%v)", z.Name, err))
 		default:
-			unreachable = append(unreachable, fmt.Sprintf("%s (%v)", z.Name, err))
+			// Retried every 10 s: the provider's text, with its request ids, would
+			// rewrite the status each time.
+			unreachable = append(unreachable, fmt.Sprintf("%s (%s)", z.Name, errorSummary(err)))
 		}
 	}
-	if !fresh && resolvedNow == 0 && len(missing)+len(unreachable) == 0 && rejected == nil && len(ep.Spec.Zones) > 0 {
-		// Nothing to resolve: check that the credentials still work.
+	refused := !meta.IsStatusConditionTrue(ep.Status.Conditions, v1.ConditionCredentialsReady)
+	if !fresh && resolvedNow == 0 && len(missing)+len(unreachable) == 0 && rejected == nil && len(ep.Spec.Zones) > 0 &&
+		(refused || acct.checkDue(r.Revalidate/2)) {
+		// Nothing to resolve: check that the credentials still work (again at once
+		// while they are refused).
 		z := ep.Spec.Zones[0]
 		if q, ok := acct.Queue(z.Name); ok {
 			if _, err := acct.Provider.ResolveZone(ctx, q.Zone()); isAuthError(err) {
@@ -230,7 +228,14 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	queues := acct.Queues()
 	// A resolved zone that cannot be listed holds up only the routes waiting for it to
 	// be read (a name let go, an edge removed, a deletion), and its queue retries with
-	// backoff; this is where its EdgeProvider says so.
+	// backoff; this is where its EdgeProvider says so. A queue that has not listed its
+	// zone yet (a new account after an edit or a rotated Secret, a new leader) keeps
+	// what the status last said of the same zone: reporting it readable until its
+	// first listing fails again would flap ZonesReady, with an event each way.
+	last := map[string]v1.ZoneStatus{}
+	for _, z := range ep.Status.Zones {
+		last[z.Name] = z
+	}
 	ep.Status.Zones = nil
 	var unreadable []string
 	for _, z := range ep.Spec.Zones {
@@ -244,8 +249,8 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			// The kind and code only: the provider's text carries request ids, and
 			// would rewrite the status at every reconcile.
 			zs.ListError = errorSummary(err)
-		case !tried:
-			zs.ListError = lastListError[z.Name]
+		case !tried && last[z.Name].ID == zs.ID:
+			zs.ListError = last[z.Name].ListError
 		}
 		if zs.ListError != "" {
 			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", z.Name, zs.ListError))
@@ -274,24 +279,6 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
-}
-
-// wakeOnReadable is a zone queue's Readable: it reconciles the EdgeProvider when the
-// zone stops being readable, and when it is again after the status said it was not
-// (unreadable: what the status said when the queue was made). A first listing that
-// succeeds where nothing was wrong asks for nothing: at the start every zone lists,
-// and each reconcile checks the credentials with a request at the account's pace.
-func (r *EdgeProviderReconciler) wakeOnReadable(edge string, unreadable bool) func(error) {
-	var known atomic.Bool
-	known.Store(unreadable)
-	return func(err error) {
-		if err != nil {
-			known.Store(true)
-			r.unreadable.add(types.NamespacedName{Name: edge})
-		} else if known.Swap(false) {
-			r.unreadable.add(types.NamespacedName{Name: edge})
-		}
-	}
 }
 
 // zonesNamed is how many zones a condition's message names; status.zones has them all.

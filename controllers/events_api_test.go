@@ -30,8 +30,9 @@ func TestALongEventNoteIsClippedNotLost(t *testing.T) {
 	sink := controllers.NewEventSinkForTest(b.NewRecorder(testenv.Scheme(), "test"))
 	ep := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: "long-note"}}
 	ep.SetGroupVersionKind(v1.GroupVersion.WithKind("EdgeProvider"))
-	// Multi-byte runes around the cut: the clipped note must stay valid UTF-8.
-	note := "zones that cannot be listed: " + strings.Repeat("zoné.example.com (provider refusing the request (AccessDenied)); ", 40)
+	// The cut (1,020 bytes and the mark) falls inside a two-byte rune: the clipped note
+	// must stay valid UTF-8, which the API server requires too.
+	note := "zones that cannot be listed: " + strings.Repeat("é", 600)
 	sink.Eventf(ep, nil, corev1.EventTypeWarning, v1.ReasonZoneUnreadable, v1.ConditionZonesReady, "%s", note)
 	eventually(t, 10*time.Second, func() error {
 		for _, e := range eventsFor(ep) {

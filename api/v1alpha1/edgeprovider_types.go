@@ -344,8 +344,9 @@ type ZoneStatus struct {
 
 	// listError says why the zone's last listing failed (the kind of failure and the
 	// provider's error code); empty once a listing succeeds. Listings are retried with
-	// backoff, and only the TenantRoutes waiting for the zone to be read (a hostname or
-	// an edge let go, a deletion) wait meanwhile.
+	// backoff. Meanwhile the TenantRoutes with records in the zone, and those waiting
+	// for it to be read (a hostname or an edge let go, a deletion), say so; the others
+	// stay Ready.
 	// +optional
 	ListError string `json:"listError,omitempty"`
 }
