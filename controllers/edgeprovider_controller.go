@@ -75,8 +75,10 @@ type EdgeProviderReconciler struct {
 	rejections sync.Map // EdgeProvider name -> refusals of its credentials in a row
 	announced  sync.Map // EdgeProvider name -> what its deletion last reported
 	// unreadable asks for a reconcile when a zone stops or starts being readable, so
-	// that ZonesReady says so (zonequeue.Options.Readable).
+	// that ZonesReady says so (zonequeue.Options.Readable); listErrors holds what the
+	// last reconcile of each EdgeProvider found of each zone (edge/zone -> listError).
 	unreadable requests
+	listErrors sync.Map
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
@@ -92,6 +94,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Accounts.Remove(req.Name)
 			r.Monitor.Forget(req.Name)
+			r.forgetZones(req.Name)
 			edgeHealthGauge.DeleteLabelValues(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -177,9 +180,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
-			// The first listing's result too: the status may say the zone could not be
-			// read, from an account this one replaces or a former leader.
-			opts.Readable = func(error) { r.unreadable.add(types.NamespacedName{Name: ep.Name}) }
+			opts.Readable = r.wakeOnReadable(ep.Name, zone.Name)
 			acct.AddQueue(zone.Name, zonequeue.New(acct.Provider, zone, opts, func(owner string, o zonequeue.Outcome) {
 				r.Notify(ep.Name, zone.Name, owner, o)
 			}))
@@ -238,6 +239,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	}
 	ep.Status.Zones = nil
 	var unreadable []string
+	var carried []*zonequeue.Queue
 	for _, z := range ep.Spec.Zones {
 		q, ok := queues[z.Name]
 		if !ok {
@@ -249,13 +251,23 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			// The kind and code only: the provider's text carries request ids, and
 			// would rewrite the status at every reconcile.
 			zs.ListError = errorSummary(err)
-		case !tried && last[z.Name].ID == zs.ID:
+		case !tried && last[z.Name].ID == zs.ID && last[z.Name].ListError != "":
 			zs.ListError = last[z.Name].ListError
+			carried = append(carried, q)
 		}
 		if zs.ListError != "" {
 			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", z.Name, zs.ListError))
 		}
+		r.listErrors.Store(ep.Name+"/"+z.Name, zs.ListError)
 		ep.Status.Zones = append(ep.Status.Zones, zs)
+	}
+	for _, q := range carried {
+		// Listed after it was asked, and before its error was stored for its
+		// Readable: no wake-up came, so ask for one.
+		if tried, _ := q.Listed(); tried {
+			r.unreadable.add(types.NamespacedName{Name: ep.Name})
+			break
+		}
 	}
 	if len(queues) > 0 {
 		r.setCondition(ep, v1.ConditionCredentialsReady, metav1.ConditionTrue, v1.ReasonCredentialsAccepted, "the provider accepted the credentials")
@@ -279,6 +291,32 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			fmt.Sprintf("%d zones resolved", len(queues)))
 	}
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
+}
+
+// wakeOnReadable is a zone queue's Readable: it reconciles the EdgeProvider when the
+// zone cannot be listed, and when it can after the last reconcile said it could not
+// (an earlier failure, or the status of an account this one replaces or of a former
+// leader, carried over). It reads what the last reconcile found when the listing
+// answers, not when the queue was made: that reconcile may have read a stale copy and
+// been followed by one that read the status. A first listing that succeeds where
+// nothing was wrong asks for nothing: at the start every zone lists.
+func (r *EdgeProviderReconciler) wakeOnReadable(edge, zone string) func(error) {
+	return func(err error) {
+		said, _ := r.listErrors.Load(edge + "/" + zone)
+		if err != nil || said != nil && said != "" {
+			r.unreadable.add(types.NamespacedName{Name: edge})
+		}
+	}
+}
+
+// forgetZones drops what the reconciles found of an EdgeProvider's zones.
+func (r *EdgeProviderReconciler) forgetZones(edge string) {
+	r.listErrors.Range(func(key, _ any) bool {
+		if strings.HasPrefix(key.(string), edge+"/") {
+			r.listErrors.Delete(key)
+		}
+		return true
+	})
 }
 
 // zonesNamed is how many zones a condition's message names; status.zones has them all.
