@@ -75,10 +75,11 @@ type EdgeProviderReconciler struct {
 	rejections sync.Map // EdgeProvider name -> refusals of its credentials in a row
 	announced  sync.Map // EdgeProvider name -> what its deletion last reported
 	// unreadable asks for a reconcile when a zone stops or starts being readable, so
-	// that ZonesReady says so (zonequeue.Options.Readable); listErrors holds what the
-	// last reconcile of each EdgeProvider found of each zone (edge/zone -> listError).
+	// that ZonesReady says so (zonequeue.Options.Readable); zonesSeen holds what the
+	// last reconcile of each EdgeProvider found of each resolved zone (edge/zone ->
+	// v1.ZoneStatus), kept while the zone does not resolve.
 	unreadable requests
-	listErrors sync.Map
+	zonesSeen  sync.Map
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
@@ -94,7 +95,7 @@ func (r *EdgeProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Accounts.Remove(req.Name)
 			r.Monitor.Forget(req.Name)
-			r.forgetZones(req.Name)
+			r.forgetZones(req.Name, nil)
 			edgeHealthGauge.DeleteLabelValues(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -237,6 +238,15 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	for _, z := range ep.Status.Zones {
 		last[z.Name] = z
 	}
+	inSpec := map[string]bool{}
+	for _, z := range ep.Spec.Zones {
+		inSpec[ep.Name+"/"+z.Name] = true
+		// A zone that did not resolve for a while left the status, not this memory.
+		if seen, ok := r.zonesSeen.Load(ep.Name + "/" + z.Name); ok && last[z.Name].Name == "" {
+			last[z.Name] = seen.(v1.ZoneStatus)
+		}
+	}
+	r.forgetZones(ep.Name, func(key string) bool { return !inSpec[key] })
 	ep.Status.Zones = nil
 	var unreadable []string
 	var carried []*zonequeue.Queue
@@ -258,7 +268,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		if zs.ListError != "" {
 			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", z.Name, zs.ListError))
 		}
-		r.listErrors.Store(ep.Name+"/"+z.Name, zs.ListError)
+		r.zonesSeen.Store(ep.Name+"/"+z.Name, zs)
 		ep.Status.Zones = append(ep.Status.Zones, zs)
 	}
 	for _, q := range carried {
@@ -302,18 +312,19 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 // nothing was wrong asks for nothing: at the start every zone lists.
 func (r *EdgeProviderReconciler) wakeOnReadable(edge, zone string) func(error) {
 	return func(err error) {
-		said, _ := r.listErrors.Load(edge + "/" + zone)
-		if err != nil || said != nil && said != "" {
+		seen, _ := r.zonesSeen.Load(edge + "/" + zone)
+		if err != nil || seen != nil && seen.(v1.ZoneStatus).ListError != "" {
 			r.unreadable.add(types.NamespacedName{Name: edge})
 		}
 	}
 }
 
-// forgetZones drops what the reconciles found of an EdgeProvider's zones.
-func (r *EdgeProviderReconciler) forgetZones(edge string) {
-	r.listErrors.Range(func(key, _ any) bool {
-		if strings.HasPrefix(key.(string), edge+"/") {
-			r.listErrors.Delete(key)
+// forgetZones drops what the reconciles found of an EdgeProvider's zones, those that
+// drop says (all when nil).
+func (r *EdgeProviderReconciler) forgetZones(edge string, drop func(key string) bool) {
+	r.zonesSeen.Range(func(key, _ any) bool {
+		if k := key.(string); strings.HasPrefix(k, edge+"/") && (drop == nil || drop(k)) {
+			r.zonesSeen.Delete(key)
 		}
 		return true
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -839,6 +840,19 @@ func TestAFailingZoneListingLeavesRoutesElsewhereReady(t *testing.T) {
 	}
 }
 
+// lookUpByID gives the AWS EdgeProvider's zone its id: Route53 then looks it up on its
+// own (GetHostedZone), a request that fails alone.
+func (o *operator) lookUpByID(zone, id string) {
+	o.t.Helper()
+	edit(o.t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}, func(ep *v1.EdgeProvider) {
+		for i := range ep.Spec.Zones {
+			if ep.Spec.Zones[i].Name == zone {
+				ep.Spec.Zones[i].ID = id
+			}
+		}
+	})
+}
+
 // A zone whose lookup fails when the operator starts has no queue until it resolves,
 // and it may hold records of a hostname that a route let go meanwhile: the name stays
 // the route's, and no rival is granted it, until the zone is read and the record
@@ -848,13 +862,7 @@ func TestAHostnameIsNotLetGoWhileAZoneIsUnresolved(t *testing.T) {
 	const oldZone = "legacy.example.com"
 	o := newOperator(t, "unresolved")
 	_, r53Old := o.addZone(oldZone)
-	edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}, func(ep *v1.EdgeProvider) {
-		for i := range ep.Spec.Zones {
-			if ep.Spec.Zones[i].Name == oldZone {
-				ep.Spec.Zones[i].ID = r53Old
-			}
-		}
-	})
+	o.lookUpByID(oldZone, r53Old)
 	oldHost := o.moveOutOfAFailingZone(oldZone, r53Old)
 	o.create(o.route("rival", oldHost))
 	// mover's record, told from rival's (once granted) by the registry record that
@@ -900,4 +908,57 @@ func TestAHostnameIsNotLetGoWhileAZoneIsUnresolved(t *testing.T) {
 		}
 		return expectCondition(o.get("mover").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
 	})
+}
+
+// An account rebuilt while a zone it could not list also fails its lookup has no queue
+// for the zone, and the status no entry: the zone is unresolved. Once it resolves and
+// its listing still fails, ZonesReady goes from Unknown to False, never to True and
+// back, an event each way.
+func TestAnUnreadableZoneStaysReportedThroughAFailedLookup(t *testing.T) {
+	const oldZone = "legacy.example.com"
+	o := newOperator(t, "lookupfails")
+	_, r53Old := o.addZone(oldZone)
+	o.lookUpByID(oldZone, r53Old)
+	listing := r53Old + "/rrset" // the lookup's path is a prefix of the listing's
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{listing}})
+	o.start()
+	zonesReady := func() *metav1.Condition {
+		ep := &v1.EdgeProvider{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, ep); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionZonesReady)
+	}
+	wantReason := func(reason string) func() error {
+		return func() error {
+			if c := zonesReady(); c == nil || c.Reason != reason {
+				return fmt.Errorf("ZonesReady is %+v, want reason %s", c, reason)
+			}
+			return nil
+		}
+	}
+	eventually(t, 40*time.Second, wantReason(v1.ReasonZoneUnreadable))
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old}})
+	edit(t, &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}, func(ep *v1.EdgeProvider) {
+		ep.Spec.HealthCheck.Timeout = metav1.Duration{Duration: 600 * time.Millisecond}
+	})
+	eventually(t, 40*time.Second, wantReason(v1.ReasonProviderUnreachable))
+	// The lookup answers again (the EdgeProvider tries every 10 s); the listing does not.
+	injected := o.r53.Injected()
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{listing}})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c := zonesReady()
+		if c != nil && c.Status == metav1.ConditionTrue {
+			t.Fatalf("ZonesReady went True while %s cannot be listed: %s", oldZone, c.Message)
+		}
+		// Resolved, and its new queue's listing failed (the SDK's five attempts).
+		if c != nil && c.Reason == v1.ReasonZoneUnreadable && o.r53.Injected()-injected >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in 60 s: ZonesReady %+v, %d failed requests", c, o.r53.Injected()-injected)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 }
