@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -21,6 +22,10 @@ type Account struct {
 	cancel context.CancelFunc
 	mu     sync.RWMutex
 	queues map[string]*zonequeue.Queue // by zone name; a zone not resolved yet has none
+	// list is queues as a slice, replaced whole on each AddQueue: Accounts.holds reads
+	// it for every clean answer of a settling route (100,000 in a sync), with no lock
+	// to wait behind and nothing to copy.
+	list atomic.Pointer[[]*zonequeue.Queue]
 	// checked is when the provider last accepted the credentials (see checkDue).
 	checked time.Time
 }
@@ -69,6 +74,11 @@ func (a *Account) AddQueue(zone string, q *zonequeue.Queue) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.queues[zone] = q
+	list := make([]*zonequeue.Queue, 0, len(a.queues))
+	for _, each := range a.queues {
+		list = append(list, each)
+	}
+	a.list.Store(&list)
 	if a.ctx != nil {
 		go q.Run(a.ctx)
 	}
@@ -83,6 +93,7 @@ type Accounts struct {
 
 	mu     sync.RWMutex
 	byEdge map[string]*Account
+	list   atomic.Pointer[[]*Account] // byEdge's values, replaced whole (see all)
 	// records counts owned record sets per edge, zone and owner, and totals per edge, for
 	// the gauge; failing holds the owners per edge whose last outcome did not apply.
 	records map[string]map[zoneOwner]int
@@ -141,6 +152,7 @@ func (a *Accounts) Set(acct *Account) {
 	a.mu.Lock()
 	old := a.byEdge[acct.Edge]
 	a.byEdge[acct.Edge] = acct
+	a.relist()
 	recordsManaged.WithLabelValues(acct.Edge).Set(float64(a.totals[acct.Edge]))
 	recordsFailing.WithLabelValues(acct.Edge).Set(float64(len(a.failing[acct.Edge])))
 	abandonedDeletions.WithLabelValues(acct.Edge)
@@ -158,7 +170,7 @@ func (a *Accounts) Set(acct *Account) {
 // still to come.
 func (a *Accounts) holds(owner string) bool {
 	for _, acct := range a.all() {
-		for _, q := range acct.Queues() {
+		for _, q := range acct.queueList() {
 			if q.Holds(owner) {
 				return true
 			}
@@ -172,6 +184,7 @@ func (a *Accounts) Remove(edge string) {
 	a.mu.Lock()
 	old := a.byEdge[edge]
 	delete(a.byEdge, edge)
+	a.relist()
 	delete(a.records, edge)
 	delete(a.totals, edge)
 	delete(a.failing, edge)
@@ -221,24 +234,37 @@ func (a *Accounts) countOutcome(edge, zone, owner string, n int, failed bool) {
 // expediteAll has every queue flush what is pending now.
 func (a *Accounts) expediteAll() {
 	for _, acct := range a.all() {
-		for _, q := range acct.Queues() {
+		for _, q := range acct.queueList() {
 			q.Expedite()
 		}
 	}
 }
 
-// all are the accounts, copied out of the registry's lock: callers that go on to wait
-// for a queue's lock must not hold it meanwhile, nor an account's (Account.Queues
-// copies too). A queue holds its lock over loops of 100,000 owners, and a writer
-// waiting for the registry (countOutcome, on every answer), or for an account (a zone
-// resolving late), would stop every reconcile's Accounts.Get or Account.Queue behind
-// it.
+// all are the accounts, read without the registry's lock: callers that go on to wait
+// for a queue's lock must not hold it meanwhile, nor an account's (queueList). A
+// queue holds its lock over loops of 100,000 owners, and a writer waiting for the
+// registry (countOutcome, on every answer), or for an account (a zone resolving
+// late), would stop every reconcile's Accounts.Get or Account.Queue behind it.
 func (a *Accounts) all() []*Account {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	accounts := make([]*Account, 0, len(a.byEdge))
-	for _, acct := range a.byEdge {
-		accounts = append(accounts, acct)
+	if p := a.list.Load(); p != nil {
+		return *p
 	}
-	return accounts
+	return nil
+}
+
+// relist replaces the slice all returns; a.mu is held for writing.
+func (a *Accounts) relist() {
+	list := make([]*Account, 0, len(a.byEdge))
+	for _, acct := range a.byEdge {
+		list = append(list, acct)
+	}
+	a.list.Store(&list)
+}
+
+// queueList are the account's queues, read without its lock (see Accounts.all).
+func (a *Account) queueList() []*zonequeue.Queue {
+	if p := a.list.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

@@ -5,7 +5,7 @@
 //	-scenario leader:    two replicas, the leader killed while hostnames change tenant
 //	-scenario apiserver: the API server restarted during the sync, etcd stopped
 //	-scenario outage:    Route53 answering 503 while hostnames change tenant
-//	-scenario throttle:  Cloudflare answering 429 to 80% of calls
+//	-scenario throttle:  Cloudflare answering 429 to its first call and 80% of the others
 //	-scenario lost:      both providers dropping the answers to a third of the writes
 //	-scenario clock:     the replicas' wall clocks stepped ten minutes ahead and back
 //	                     (a manager built with -overlay from -wall-clock-overlay)

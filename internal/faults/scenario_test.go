@@ -90,10 +90,10 @@ func TestAPIServerAndEtcdRestartsLoseNothing(t *testing.T) {
 	}
 }
 
-// Route53 answers 503 for 20 s from a hand-over, Cloudflare 429 to 80% of calls, or
-// both providers drop the answer to a third of the writes they apply: each time the
-// records are exact within a minute of the fault's end, with no more calls to
-// recover than a hand-over without fault takes, plus 10%.
+// Route53 answers 503 for 20 s from a hand-over, Cloudflare 429 to its first call and
+// 80% of the others, or both providers drop the answer to a third of the writes they
+// apply: each time the records are exact within a minute of the fault's end, with no
+// more calls to recover than a hand-over without fault takes, plus 10%.
 func TestProviderFaultsLoseNothing(t *testing.T) {
 	bin := buildManager(t)
 	for _, scenario := range []string{Outage, Throttle, LostAnswers} {
