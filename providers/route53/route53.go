@@ -495,6 +495,18 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, wire []types.C
 	return nil
 }
 
+// maxCode bounds an error code read from an answer. AWS's are short identifiers; the
+// code goes into statuses and conditions (a zone's listError, a deletion's blocker),
+// and one the size of the answer, from a broken or hostile endpoint, must not.
+const maxCode = 64
+
+func boundCode(code string) string {
+	if len(code) <= maxCode {
+		return code
+	}
+	return strings.ToValidUTF8(code[:maxCode], "")
+}
+
 // classify wraps an SDK error as a providers.Error: throttling, 5xx and network
 // failures are transient; credentials refused, zone not found and invalid changes
 // are permanent.
@@ -504,7 +516,7 @@ func (p *Provider) classify(op string, err error) error {
 	var respErr *smithyhttp.ResponseError
 	switch {
 	case errors.As(err, &apiErr):
-		e.Code = apiErr.ErrorCode()
+		e.Code = boundCode(apiErr.ErrorCode())
 		switch e.Code {
 		case "Throttling", "ThrottlingException", "PriorRequestNotComplete", "ServiceUnavailable":
 			e.Refused = true

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/providertest"
@@ -250,5 +251,31 @@ func TestZonePagesThatMisleadEndInLookups(t *testing.T) {
 				t.Errorf("%d requests for %d zones, want at most %d", n, len(zones), 2*len(zones)+1)
 			}
 		})
+	}
+}
+
+// An answer's error code goes into statuses and conditions (a zone's listError, a
+// deletion's blocker): one the size of the answer, from a broken or hostile endpoint,
+// is cut to an identifier's length, and stays valid UTF-8.
+func TestAnErrorCodeTheSizeOfTheAnswerIsBounded(t *testing.T) {
+	code := strings.Repeat("Throttlé", 1000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><ErrorResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/">`+
+			`<Error><Type>Sender</Type><Code>%s</Code><Message>refused</Message></Error><RequestId>r</RequestId></ErrorResponse>`, code)
+	}))
+	t.Cleanup(srv.Close)
+	p, err := route53.New(context.Background(), route53.Options{
+		Name: "route53", Endpoint: srv.URL, AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, RateLimit: 1000, RateWindow: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.ListRecords(context.Background(), providers.Zone{Name: "tenants.test", ID: "Z1"})
+	got := providers.ErrorCode(err)
+	if err == nil || !providers.IsPermanent(err) || got == "" || len(got) > 64 || !utf8.ValidString(got) || !strings.HasPrefix(code, got) {
+		t.Fatalf("listing answered with a %d-byte code: permanent %t, code of %d bytes (valid UTF-8 %t, a prefix %t)",
+			len(code), providers.IsPermanent(err), len(got), utf8.ValidString(got), strings.HasPrefix(code, got))
 	}
 }
