@@ -18,6 +18,7 @@ type pending struct {
 	unlisted map[string]struct{}           // empty desires declared before the first listing
 	sweep    bool                          // look for orphans
 	resync   bool                          // the listing is a resync's
+	dropped  bool                          // a desire came before the resync's listing began
 }
 
 // flush plans the pending owners against the zone and applies their changes. With
@@ -29,7 +30,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 	p := q.take()
 	defer func() {
 		q.mu.Lock()
-		q.flushing = false
+		q.flushing, q.dropListing = false, nil
 		q.mu.Unlock()
 	}()
 	if len(p.batch) == 0 && len(p.unlisted) == 0 && !p.sweep && !p.resync {
@@ -203,6 +204,11 @@ func (q *Queue) take() *pending {
 		p.resync, q.resyncing = false, true
 		q.touch()
 	}
+	if p.resync && q.mayDefer() {
+		// A desire that comes between now and the start of the listing drops it too:
+		// else it waited for the whole listing.
+		q.dropListing = func() { p.dropped = true }
+	}
 	return p
 }
 
@@ -219,6 +225,11 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		lctx, drop := context.WithCancelCause(providers.Background(ctx))
 		defer drop(nil)
 		q.mu.Lock()
+		q.dropListing = nil
+		if p.dropped {
+			q.mu.Unlock()
+			return nil, errListingDropped
+		}
 		if q.mayDefer() {
 			q.dropListing = func() { drop(errListingDropped) }
 		}
