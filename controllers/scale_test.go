@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,6 +178,50 @@ func TestAFailingListingReconcilesOnlyTheRoutesWaitingForIt(t *testing.T) {
 	// One a route, its plan: Cloudflare's answer waits for Route53's (settling).
 	if got > n+n/4 {
 		t.Fatalf("%d reconciles for %d routes that do not wait for the failing zone", got, n)
+	}
+}
+
+// A zone that resolves but cannot be listed changes no route's plan, and its
+// EdgeProvider's ZonesReady turning False (ZoneUnreadable) reconciles no route of
+// the edge: the routes with records there, or waiting for it, hear of it from the
+// zone's queue. Taken for a change of the edge, each turn of the condition planned
+// every route of the edge again.
+func TestAZoneTurningUnreadableReconcilesNoOtherRoute(t *testing.T) {
+	const n = 50
+	o := newOperator(t, "unreadquiet")
+	_, r53Old := o.addZone("legacy.example.com")
+	// The zones are listed again every 2 s, so that the failure below is met.
+	o.zoneResync = 2 * time.Second
+	o.start()
+	o.createRoutes(n)
+	eventually(t, 60*time.Second, func() error { return o.allReady(n) })
+	ep := &v1.EdgeProvider{}
+	zonesReady := func(reason string) func() error {
+		return func() error {
+			if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.awsEdge}, ep); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(ep.Status.Conditions, v1.ConditionZonesReady); c == nil || c.Reason != reason {
+				return fmt.Errorf("ZonesReady is %+v, want reason %s", c, reason)
+			}
+			return nil
+		}
+	}
+	eventually(t, 10*time.Second, zonesReady(v1.ReasonZonesResolved))
+	time.Sleep(time.Second) // the last answers' reconciles
+	before := o.reconciles.Load()
+	o.r53.SetFaults(emulatorkit.Faults{PathOutage: []string{r53Old}})
+	eventually(t, 40*time.Second, zonesReady(v1.ReasonZoneUnreadable))
+	time.Sleep(2 * time.Second) // the reconciles it would have queued
+	if got := o.reconciles.Load() - before; got > n/10 {
+		t.Fatalf("%d reconciles for %d Ready routes while a zone none of them uses turned unreadable", got, n)
+	}
+	before = o.reconciles.Load()
+	o.r53.SetFaults(emulatorkit.Faults{})
+	eventually(t, 40*time.Second, zonesReady(v1.ReasonZonesResolved))
+	time.Sleep(2 * time.Second)
+	if got := o.reconciles.Load() - before; got > n/10 {
+		t.Fatalf("%d reconciles for %d Ready routes while a zone none of them uses could be listed again", got, n)
 	}
 }
 

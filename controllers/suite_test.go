@@ -86,6 +86,7 @@ type operator struct {
 	cfUp, awsUp       *atomic.Bool
 	cfProbe, awsProbe string
 	queue             zonequeue.Options
+	zoneResync        time.Duration
 	stopManager       func()
 	// extraNS are more namespaces the manager sees, for tests across namespaces.
 	extraNS []string
@@ -292,7 +293,7 @@ func (o *operator) start() {
 	for ns := range namespaces {
 		routeNamespaces = append(routeNamespaces, ns)
 	}
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue,
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue, ZoneResync: o.zoneResync,
 		RouteNamespaces: routeNamespaces,
 		RedisKV:         o.kv, KVSyncInterval: o.kvSync,
 		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,

@@ -658,12 +658,30 @@ func edgeProviderChanged() predicate.Predicate {
 			if c.Type == v1.ConditionHealthy {
 				continue
 			}
-			if old := meta.FindStatusCondition(o.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
+			old := meta.FindStatusCondition(o.Status.Conditions, c.Type)
+			if old == nil {
+				return true
+			}
+			oldStatus, oldReason := asRoutesSee(*old)
+			if status, reason := asRoutesSee(c); status != oldStatus || reason != oldReason {
 				return true
 			}
 		}
 		return false
 	}}
+}
+
+// asRoutesSee is what an EdgeProvider's condition says to its routes. A zone that
+// resolves but cannot be listed (ZoneUnreadable, given only when every zone resolves)
+// changes no route's plan: it is resolved for them, and the routes with records there,
+// or waiting for it to be read, hear of each failure from the zone's queue. Taken for a
+// change, each turn of a zone's readability reconciled every route of the edge, 100,000
+// plans each way.
+func asRoutesSee(c metav1.Condition) (metav1.ConditionStatus, string) {
+	if c.Type == v1.ConditionZonesReady && c.Reason == v1.ReasonZoneUnreadable {
+		return metav1.ConditionTrue, v1.ReasonZonesResolved
+	}
+	return c.Status, c.Reason
 }
 
 // requeueSafety bounds how long a route with pending or failing records waits when a
