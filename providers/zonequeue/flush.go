@@ -258,9 +258,13 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		}
 	}
 	q.mu.Lock()
-	changed := q.listErr != nil || q.present == nil // recovered, or the first listing
+	recovered := q.listErr != nil
+	changed := recovered || q.present == nil // or the first listing
 	q.present, q.listErr = present, nil
 	q.mu.Unlock()
+	if recovered {
+		q.opts.Log.Info("the zone can be listed again", "zone", q.zone.Name)
+	}
 	if changed && q.opts.Readable != nil {
 		q.opts.Readable(nil)
 	}
@@ -282,13 +286,21 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 func (q *Queue) listFailed(p *pending, err error) {
 	// The routes with records here hear of it through their outcomes; a zone where
 	// none has records (only empty desires wait for it) has no other voice.
-	q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
-		"owners", len(p.batch), "waiting", len(p.unlisted))
 	q.mu.Lock()
 	changed := q.listErr == nil // was readable, or the first listing
+	repeated := !changed && sameFailure(q.listErr, err)
 	q.present, q.listErr = nil, err
 	kept := q.keepUnlistedLocked(p.unlisted)
 	q.mu.Unlock()
+	// Once per failure, and again when it changes: a zone refused for hours logged
+	// the same error at every retry. The retries are counted in the provider's error
+	// metric, and the EdgeProvider's ZonesReady says the zone cannot be listed.
+	if repeated {
+		q.opts.Log.V(1).Info("the zone still cannot be listed", "zone", q.zone.Name, "error", err.Error())
+	} else {
+		q.opts.Log.Error(err, "the zone cannot be listed; retrying with backoff", "zone", q.zone.Name,
+			"owners", len(p.batch), "waiting", len(p.unlisted))
+	}
 	if changed && q.opts.Readable != nil {
 		q.opts.Readable(err)
 	}
@@ -376,4 +388,10 @@ func (q *Queue) apply(ctx context.Context, changes []providers.Change, outcomes 
 		}
 	}
 	return res, applyErr
+}
+
+// sameFailure reports whether two listing errors are the same failure for a reader of
+// the log: the same kind and provider code. The texts differ by request ids.
+func sameFailure(a, b error) bool {
+	return providers.IsPermanent(a) == providers.IsPermanent(b) && providers.ErrorCode(a) == providers.ErrorCode(b)
 }

@@ -71,6 +71,13 @@ type Options struct {
 	// records moved. Each try is one write (with the SDK's own retries), so the
 	// shorter cap costs a zone two tries a minute while its provider is down.
 	MaxBackoff time.Duration
+	// MaxRefusedBackoff caps it instead while the zone's listing fails for a reason
+	// retrying does not fix (access denied, zone gone; default 5 minutes): every
+	// try then costs a request at the account's rate limit and an error in the log,
+	// for nothing. The EdgeProvider says ZoneUnreadable meanwhile; a permission
+	// granted again is noticed within this, and an edit of the EdgeProvider or of its
+	// Secret rebuilds the queue at once.
+	MaxRefusedBackoff time.Duration
 	// Log receives a line per flush at V(1), one per orphan swept and one per failed
 	// listing.
 	Log logr.Logger
@@ -104,6 +111,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 30 * time.Second
+	}
+	if o.MaxRefusedBackoff == 0 {
+		o.MaxRefusedBackoff = 5 * time.Minute
 	}
 }
 

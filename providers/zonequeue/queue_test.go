@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
@@ -20,8 +23,9 @@ type memProvider struct {
 	applies int
 	changes int
 	fail    error
-	// listFail fails every listing while set.
-	listFail error
+	// listFail fails every listing while set; listTries counts every listing asked.
+	listFail  error
+	listTries int
 }
 
 func newMem() *memProvider { return &memProvider{records: map[providers.Key]providers.Record{}} }
@@ -36,6 +40,7 @@ func (m *memProvider) Normalize(r providers.Record) providers.Record {
 func (m *memProvider) ListRecords(context.Context, providers.Zone) ([]providers.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.listTries++
 	if m.listFail != nil {
 		return nil, m.listFail
 	}
@@ -649,6 +654,73 @@ func TestAFailedResyncIsRetriedWithNothingPending(t *testing.T) {
 	if err := told(); err != nil {
 		t.Fatalf("the retry of the failed resync: %v", err)
 	}
+}
+
+// A zone whose listing is refused for good (access denied) is tried again at
+// MaxRefusedBackoff, not MaxBackoff, and the log says so once, not at every try; a
+// zone failing for a passing reason keeps the short backoff. A zone refused for
+// hours logged the same error every 30 s, each try a request at the account's rate
+// limit.
+func TestAZoneRefusedForGoodIsTriedSlowlyAndLoggedOnce(t *testing.T) {
+	mem := newMem()
+	n := &notes{got: map[string]Outcome{}}
+	var mu sync.Mutex
+	var errorsLogged []string
+	log := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(args, `"error"`) && strings.Contains(args, "cannot be listed; retrying") {
+			errorsLogged = append(errorsLogged, args)
+		}
+	}, funcr.Options{})
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Resync: time.Hour, Log: log,
+		MaxBackoff: 20 * time.Millisecond, MaxRefusedBackoff: 400 * time.Millisecond,
+		Quiet: time.Millisecond, MaxWait: 10 * time.Millisecond}, n.record)
+	tries := func(d time.Duration) int {
+		mem.mu.Lock()
+		before := mem.listTries
+		mem.mu.Unlock()
+		time.Sleep(d)
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		return mem.listTries - before
+	}
+	setFail := func(err error) {
+		mem.mu.Lock()
+		mem.listFail = err
+		mem.mu.Unlock()
+	}
+	logged := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(errorsLogged)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	setFail(&providers.Error{Provider: "mem", Op: "ListRecords", Kind: providers.Permanent, Code: "AccessDenied",
+		Err: errors.New("not authorized to perform route53:ListResourceRecordSets")})
+	q.Desire("o", cname("o.example.com"))
+	go q.Run(ctx)
+	if n := tries(1200 * time.Millisecond); n < 2 || n > 5 {
+		t.Errorf("a zone refused for good was listed %d times in 1.2 s, want 2-5 (one try per 400 ms)", n)
+	}
+	if n := logged(); n != 1 {
+		t.Errorf("the refusal was logged %d times as an error, want once", n)
+	}
+
+	setFail(&providers.Error{Provider: "mem", Op: "ListRecords", Kind: providers.Transient, Code: "ServiceUnavailable",
+		Err: errors.New("503")})
+	time.Sleep(500 * time.Millisecond) // the try in progress waits out its backoff
+	if n := tries(time.Second); n < 10 {
+		t.Errorf("a zone failing for a passing reason was listed %d times in 1 s, want 10 or more (backoff 20 ms)", n)
+	}
+	if n := logged(); n != 2 {
+		t.Errorf("a new failure gave %d error lines in all, want 2 (one per failure)", n)
+	}
+
+	setFail(nil)
+	waitFor(t, func() bool { o, _ := n.of("o"); return o.Synced })
 }
 
 // An Expedite that finds nothing pending (a failover that moved nothing in this zone)

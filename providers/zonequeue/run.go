@@ -60,7 +60,7 @@ func (q *Queue) Run(ctx context.Context) {
 		case providers.RetryAfter(err) > 0:
 			backoff = providers.RetryAfter(err)
 		default:
-			backoff = min(max(2*backoff, time.Second), q.opts.MaxBackoff)
+			backoff = min(max(2*backoff, time.Second), q.maxBackoff())
 		}
 		nextAttempt = time.Now().Add(backoff)
 	}
@@ -93,4 +93,17 @@ func (q *Queue) due() (quiet, due bool) {
 	// once it has waited three times MaxWait.
 	quiet = q.expedite || time.Since(q.lastDesired) >= q.opts.Quiet || time.Since(q.firstDirty) >= 3*q.opts.MaxWait
 	return quiet, true
+}
+
+// maxBackoff caps the wait after a failed flush: MaxRefusedBackoff while the zone's
+// listing is refused for good, else MaxBackoff. Only a listing counts: a write
+// refused for good concerns the owners whose changes it carried, and the other
+// owners of the zone must not wait for it.
+func (q *Queue) maxBackoff() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if providers.IsPermanent(q.listErr) {
+		return max(q.opts.MaxRefusedBackoff, q.opts.MaxBackoff)
+	}
+	return q.opts.MaxBackoff
 }
