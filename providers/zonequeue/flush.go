@@ -290,6 +290,9 @@ func (q *Queue) listFailed(p *pending, err error) {
 	changed := q.listErr == nil // was readable, or the first listing
 	repeated := !changed && sameFailure(q.listErr, err)
 	q.present, q.listErr = nil, err
+	if changed {
+		q.unreadableSince = time.Now()
+	}
 	kept := q.keepUnlistedLocked(p.unlisted)
 	q.mu.Unlock()
 	// Once per failure, and again when it changes: a zone refused for hours logged

@@ -71,15 +71,15 @@ type Options struct {
 	// records moved. Each try is one write (with the SDK's own retries), so the
 	// shorter cap costs a zone two tries a minute while its provider is down.
 	MaxBackoff time.Duration
-	// MaxRefusedBackoff caps it instead while the zone's listing fails for a reason
-	// retrying does not fix (access denied, zone gone; default 5 minutes): every
-	// try then costs a request at the account's rate limit and an error in the log,
-	// for nothing. The EdgeProvider says ZoneUnreadable meanwhile; a permission
-	// granted again is noticed within this, and an edit of the EdgeProvider or of its
-	// Secret rebuilds the queue at once.
+	// MaxRefusedBackoff caps it instead once the zone's listing has failed this long
+	// (default 5 minutes) and its last failure is one retrying does not fix (access
+	// denied, zone gone): every try then costs a request at the account's rate limit,
+	// for nothing. A refusal that passes (an IAM policy propagating, the token
+	// service of the default credentials down) is still met within MaxBackoff for
+	// its first minutes. The EdgeProvider says ZoneUnreadable meanwhile.
 	MaxRefusedBackoff time.Duration
-	// Log receives a line per flush at V(1), one per orphan swept and one per failed
-	// listing.
+	// Log receives a line per flush at V(1), one per orphan swept, and one when the
+	// zone's listing fails, fails differently or recovers (each retry at V(1)).
 	Log logr.Logger
 	// Orphaned, if set, tells whether records carrying an owner key are this
 	// installation's and their owner no longer exists. On start and at every Resync,
@@ -186,9 +186,11 @@ type Queue struct {
 	unlisted map[string]struct{}
 	// listErr is why the zone's last listing failed, told to the unlisted desires
 	// while it cannot be read; nil once it is.
-	listErr   error
-	sweep     bool // the next flush looks for orphans
-	resyncing bool // the next flush lists the zone again for a resync
+	listErr error
+	// unreadableSince is when listErr turned non-nil.
+	unreadableSince time.Time
+	sweep           bool // the next flush looks for orphans
+	resyncing       bool // the next flush lists the zone again for a resync
 	// resyncAsked is when the pending resync was asked for; dropListing ends the
 	// resync's listing in progress, nil when none can be dropped. See mayDefer.
 	resyncAsked time.Time

@@ -656,11 +656,11 @@ func TestAFailedResyncIsRetriedWithNothingPending(t *testing.T) {
 	}
 }
 
-// A zone whose listing is refused for good (access denied) is tried again at
-// MaxRefusedBackoff, not MaxBackoff, and the log says so once, not at every try; a
-// zone failing for a passing reason keeps the short backoff. A zone refused for
-// hours logged the same error every 30 s, each try a request at the account's rate
-// limit.
+// A zone whose listing has been refused for good (access denied) for
+// MaxRefusedBackoff is tried again at MaxRefusedBackoff, not MaxBackoff, and the log
+// says so once, not at every try; before that, and for a failure that may pass, the
+// short backoff holds. A zone refused for hours logged the same error every 30 s,
+// each try a request at the account's rate limit.
 func TestAZoneRefusedForGoodIsTriedSlowlyAndLoggedOnce(t *testing.T) {
 	mem := newMem()
 	n := &notes{got: map[string]Outcome{}}
@@ -702,6 +702,12 @@ func TestAZoneRefusedForGoodIsTriedSlowlyAndLoggedOnce(t *testing.T) {
 		Err: errors.New("not authorized to perform route53:ListResourceRecordSets")})
 	q.Desire("o", cname("o.example.com"))
 	go q.Run(ctx)
+	// A refusal that passes within MaxRefusedBackoff (a policy propagating) is met
+	// at the short backoff.
+	if n := tries(300 * time.Millisecond); n < 5 {
+		t.Errorf("a zone refused for 300 ms was listed %d times, want 5 or more (backoff 20 ms)", n)
+	}
+	time.Sleep(200 * time.Millisecond)
 	if n := tries(1200 * time.Millisecond); n < 2 || n > 5 {
 		t.Errorf("a zone refused for good was listed %d times in 1.2 s, want 2-5 (one try per 400 ms)", n)
 	}

@@ -95,14 +95,14 @@ func (q *Queue) due() (quiet, due bool) {
 	return quiet, true
 }
 
-// maxBackoff caps the wait after a failed flush: MaxRefusedBackoff while the zone's
-// listing is refused for good, else MaxBackoff. Only a listing counts: a write
-// refused for good concerns the owners whose changes it carried, and the other
+// maxBackoff caps the wait after a failed flush: MaxRefusedBackoff once the zone's
+// listing has been refused for that long, else MaxBackoff. Only a listing counts: a
+// write refused for good concerns the owners whose changes it carried, and the other
 // owners of the zone must not wait for it.
 func (q *Queue) maxBackoff() time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if providers.IsPermanent(q.listErr) {
+	if providers.IsPermanent(q.listErr) && time.Since(q.unreadableSince) >= q.opts.MaxRefusedBackoff {
 		return max(q.opts.MaxRefusedBackoff, q.opts.MaxBackoff)
 	}
 	return q.opts.MaxBackoff
