@@ -62,7 +62,7 @@ func (s *eventSink) Eventf(regarding, related runtime.Object, eventtype, reason,
 			return
 		}
 	}
-	s.inner.Eventf(regarding, related, eventtype, reason, action, "%s", clipNote(fmt.Sprintf(note, args...)))
+	s.inner.Eventf(regarding, related, eventtype, reason, action, "%s", clip(fmt.Sprintf(note, args...), maxNote))
 }
 
 // maxNote is the longest note the API server accepts in an events.k8s.io/v1 Event; it
@@ -70,15 +70,15 @@ func (s *eventSink) Eventf(regarding, related runtime.Object, eventtype, reason,
 // name many zones or quote a provider's error can pass it.
 const maxNote = 1024
 
-// clipNote cuts a note to maxNote bytes, on a rune boundary, marking the cut.
-func clipNote(note string) string {
-	if len(note) <= maxNote {
-		return note
+// clip cuts s to max bytes, on a rune boundary, marking the cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
 	const mark = " ..."
-	cut := maxNote - len(mark)
-	for cut > 0 && !utf8.RuneStart(note[cut]) {
+	cut := max - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return note[:cut] + mark
+	return s[:cut] + mark
 }

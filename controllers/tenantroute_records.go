@@ -77,16 +77,22 @@ func inFlight(states []*edgeState) bool {
 	return seen
 }
 
+// maxQuoted bounds a provider's error as a route's status quotes it: the text is the
+// provider's answer, and a Route53 refusal of a 1,000-change batch quotes every change.
+// A condition message over 32,768 bytes makes the API server refuse the whole status:
+// at 100,000 routes, 32 routes' statuses were refused so.
+const maxQuoted = 1024
+
 func (s *edgeState) add(zone string, o zonequeue.Outcome) {
 	s.records += o.Records
 	if !o.Synced {
 		s.pending = true
 	}
 	if o.Err != nil {
-		s.errs = append(s.errs, fmt.Sprintf("zone %s: %v", zone, o.Err))
+		s.errs = append(s.errs, clip(fmt.Sprintf("zone %s: %v", zone, o.Err), maxQuoted))
 	}
 	for _, f := range o.Failed {
-		s.rejected = append(s.rejected, fmt.Sprintf("%s %s: %v", f.Change.Name(), f.Change.Type(), f.Err))
+		s.rejected = append(s.rejected, clip(fmt.Sprintf("%s %s: %v", f.Change.Name(), f.Change.Type(), f.Err), maxQuoted))
 	}
 	for _, c := range o.Conflicts {
 		holder := "a record the operator does not own"

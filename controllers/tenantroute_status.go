@@ -22,6 +22,11 @@ type statusReport struct {
 	rejected error
 }
 
+// maxConditionMessage is the longest condition message the API server accepts; past it
+// it refuses the whole status. The Conflict message of a route with many hostnames,
+// each naming its holder, can pass it, as could provider errors before maxQuoted.
+const maxConditionMessage = 32768
+
 // updateStatus writes what the reconcile found into the route's status and records
 // the events of its transitions in rec (sent once the status is written).
 func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePlan, states []*edgeState, rec events.EventRecorder) statusReport {
@@ -80,7 +85,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: message, ObservedGeneration: gen})
+			Message: clip(message, maxConditionMessage), ObservedGeneration: gen})
 	}
 
 	oldConflict := previousCondition(route.Status.Conditions, v1.ConditionConflict)

@@ -507,6 +507,27 @@ func boundCode(code string) string {
 	return strings.ToValidUTF8(code[:maxCode], "")
 }
 
+// changeMessages joins the reasons Route53 gave for refusing a batch: one per change
+// it refused, so up to 1,000, each quoting a record. The first few say what is wrong;
+// all of them were 80 KB of error text, which a route's status quoted whole.
+func changeMessages(msgs []string) string {
+	const shown, each = 5, 256
+	var b strings.Builder
+	for i, m := range msgs[:min(len(msgs), shown)] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if len(m) > each {
+			m = strings.ToValidUTF8(m[:each], "") + " ..."
+		}
+		b.WriteString(m)
+	}
+	if len(msgs) > shown {
+		fmt.Fprintf(&b, "; and %d more", len(msgs)-shown)
+	}
+	return b.String()
+}
+
 // classify wraps an SDK error as a providers.Error: throttling, 5xx and network
 // failures are transient; credentials refused, zone not found and invalid changes
 // are permanent.
@@ -528,7 +549,7 @@ func (p *Provider) classify(op string, err error) error {
 			e.Kind = providers.Permanent
 		}
 		if ae, ok := apiErr.(*types.InvalidChangeBatch); ok {
-			e.Err = fmt.Errorf("%w: %s", err, strings.Join(ae.Messages, "; "))
+			e.Err = fmt.Errorf("%w: %s", err, changeMessages(ae.Messages))
 		}
 	// Status 0 is no answer at all (the request failed to send, or the connection
 	// dropped before a response): the change may even have been applied, and a list

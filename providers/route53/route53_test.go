@@ -279,3 +279,37 @@ func TestAnErrorCodeTheSizeOfTheAnswerIsBounded(t *testing.T) {
 			len(code), providers.IsPermanent(err), len(got), utf8.ValidString(got), strings.HasPrefix(code, got))
 	}
 }
+
+// A batch refused change by change is told in a few of its reasons, not all: Route53
+// gives one per change, up to 1,000, and the error reaches the routes' statuses.
+func TestARefusedBatchQuotesAFewOfItsReasons(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><InvalidChangeBatch xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><Messages>`)
+		for i := range 1000 {
+			fmt.Fprintf(w, `<Message>Tried to create resource record set [name='t%04d.tenants.test.', type='CNAME'] but it already exists</Message>`, i)
+		}
+		fmt.Fprintf(w, `<Message>%s</Message></Messages><RequestId>r</RequestId></InvalidChangeBatch>`, strings.Repeat("é", 5000))
+	}))
+	t.Cleanup(srv.Close)
+	p, err := route53.New(context.Background(), route53.Options{
+		Name: "route53", Endpoint: srv.URL, AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, RateLimit: 1000, RateWindow: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := providers.Record{Name: "t0000.tenants.test", Type: providers.TypeCNAME, TTL: 60, Values: []string{"edge.example.net"}}
+	res, err := p.ApplyChanges(context.Background(), providers.Zone{Name: "tenants.test", ID: "Z1"},
+		[]providers.Change{{Action: providers.Create, New: &rec}})
+	if err == nil && len(res.Failed) == 1 {
+		err = res.Failed[0].Err
+	}
+	if err == nil {
+		t.Fatalf("a refused batch was taken: %+v", res)
+	}
+	msg := err.Error()
+	if len(msg) > 2048 || !utf8.ValidString(msg) || !strings.Contains(msg, "t0000.tenants.test") || !strings.Contains(msg, "and 996 more") {
+		t.Fatalf("a batch refused with 1,001 reasons gave a %d-byte error (valid UTF-8 %t): %.300s", len(msg), utf8.ValidString(msg), msg)
+	}
+}
