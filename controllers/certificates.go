@@ -123,16 +123,16 @@ func certificatesOf(hosts []string, recs map[string]routes.CertRecord, now time.
 		case !ok:
 			c.State, c.Message = v1.CertificatePending, "no certificate served yet; an on-demand one is obtained on the first HTTPS request"
 		case rec.NotAfter.IsZero():
-			c.State, c.Message = v1.CertificateFailed, truncate(rec.Error, 1024)
+			c.State, c.Message = v1.CertificateFailed, clip(rec.Error, maxCertificateMessage)
 		case !now.Before(rec.NotAfter):
 			c.State, c.Message = v1.CertificateFailed, "the certificate served expired at "+rec.NotAfter.UTC().Format(time.RFC3339)
 			if rec.Error != "" {
-				c.Message = truncate(c.Message+"; renewal failed: "+rec.Error, 1024)
+				c.Message = clip(c.Message+"; renewal failed: "+rec.Error, maxCertificateMessage)
 			}
 		default:
 			c.State = v1.CertificateIssued
 			if rec.Error != "" {
-				c.Message = truncate("renewal failed (the current certificate is still served): "+rec.Error, 1024)
+				c.Message = clip("renewal failed (the current certificate is still served): "+rec.Error, maxCertificateMessage)
 			}
 		}
 		if !rec.NotAfter.IsZero() {
@@ -177,9 +177,7 @@ func (s *certStatus) report(ctx context.Context, route *v1.TenantRoute, certs []
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
+// maxCertificateMessage is the CRD's bound on a certificate's message. A cut inside a
+// character was stored as U+FFFD, never equal to what the next sync computed: a patch
+// and a CertificateFailed event every sync.
+const maxCertificateMessage = 1024

@@ -370,7 +370,7 @@ func isAuthError(err error) bool {
 func (r *EdgeProviderReconciler) setCondition(ep *v1.EdgeProvider, typ string, status metav1.ConditionStatus, reason, message string) {
 	old := previousCondition(ep.Status.Conditions, typ)
 	meta.SetStatusCondition(&ep.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-		Message: message, ObservedGeneration: ep.Generation})
+		Message: clip(message, maxConditionMessage), ObservedGeneration: ep.Generation})
 	if old != nil && old.Status == status && old.Reason == reason {
 		return
 	}

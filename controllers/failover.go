@@ -236,7 +236,7 @@ func (f *Failover) writeHealth(ctx context.Context, name string, state edge.Stat
 }
 
 func setHealth(ep *v1.EdgeProvider, state edge.State, p edge.Probe) {
-	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: p.Message}
+	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: clip(p.Message, maxConditionMessage)}
 	switch state {
 	case edge.Healthy:
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1.ReasonProbeSucceeded
@@ -307,7 +307,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: message, ObservedGeneration: gen})
+			Message: clip(message, maxConditionMessage), ObservedGeneration: gen})
 	}
 	preferred := route.Spec.Edges[0]
 	why := func(name string) string {

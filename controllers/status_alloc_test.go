@@ -54,7 +54,8 @@ func TestAProviderErrorOfAnySizeLeavesTheStatusWritable(t *testing.T) {
 			ClaimStatus: v1.ClaimStatus{State: v1.ClaimConflict, Message: "held by TenantRoute tenants/another-route-with-a-long-name"}})
 	}
 	r := &TenantRouteReconciler{}
-	r.updateStatus(route, in, []*edgeState{s}, events.NewFakeRecorder(16))
+	rec := events.NewFakeRecorder(16)
+	r.updateStatus(route, in, []*edgeState{s}, rec)
 	for _, c := range route.Status.Conditions {
 		if len(c.Message) > 32768 || !utf8.ValidString(c.Message) {
 			t.Errorf("%s: a message of %d bytes (valid UTF-8 %t)", c.Type, len(c.Message), utf8.ValidString(c.Message))
@@ -66,6 +67,17 @@ func TestAProviderErrorOfAnySizeLeavesTheStatusWritable(t *testing.T) {
 	for _, p := range route.Status.Providers {
 		if len(p.Message) > 4096 {
 			t.Errorf("providers[%s]: a message of %d bytes", p.Edge, len(p.Message))
+		}
+	}
+	// The same findings again tell nothing new: a clipped message compared with the
+	// whole one sent a Conflict event at every reconcile.
+	for len(rec.Events) > 0 {
+		<-rec.Events
+	}
+	r.updateStatus(route, in, []*edgeState{s}, rec)
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, v1.ReasonConflict) {
+			t.Errorf("a second reconcile with the same conflicts sent an event: %.120s", e)
 		}
 	}
 }

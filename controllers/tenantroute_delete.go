@@ -64,7 +64,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonDeleting,
 				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
 			if len(blocked) > 0 {
-				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, "records cannot be deleted yet: "+strings.Join(blocked, "; ")
+				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, clip("records cannot be deleted yet: "+strings.Join(blocked, "; "), maxConditionMessage)
 				if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
 					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
 				}

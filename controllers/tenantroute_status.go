@@ -43,7 +43,8 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		if s.removing && state == v1.RecordsSynced && s.records == 0 {
 			continue // its records are gone: it drops out of status
 		}
-		providersStatus = append(providersStatus, v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records), Message: message})
+		providersStatus = append(providersStatus, v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records),
+			Message: clip(message, maxConditionMessage)})
 		switch state {
 		case v1.RecordsError:
 			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
@@ -90,7 +91,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 
 	oldConflict := previousCondition(route.Status.Conditions, v1.ConditionConflict)
 	if len(conflicts) > 0 {
-		message := strings.Join(conflicts, "; ")
+		message := clip(strings.Join(conflicts, "; "), maxConditionMessage) // as stored, for the comparison below
 		set(v1.ConditionConflict, metav1.ConditionTrue, v1.ReasonConflict, message)
 		if oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Message != message {
 			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonConflict, "ClaimHostname", "%s", message)
