@@ -509,7 +509,7 @@ func boundCode(code string) string {
 
 // changeMessages joins the reasons Route53 gave for refusing a batch: one per change
 // it refused, so up to 1,000, each quoting a record. The first few say what is wrong;
-// all of them were 80 KB of error text, which a route's status quoted whole.
+// all of them were 112 KB of error text for 1,000, which a route's status quoted whole.
 func changeMessages(msgs []string) string {
 	const shown, each = 5, 256
 	var b strings.Builder
