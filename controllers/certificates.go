@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -123,16 +124,16 @@ func certificatesOf(hosts []string, recs map[string]routes.CertRecord, now time.
 		case !ok:
 			c.State, c.Message = v1.CertificatePending, "no certificate served yet; an on-demand one is obtained on the first HTTPS request"
 		case rec.NotAfter.IsZero():
-			c.State, c.Message = v1.CertificateFailed, clip(rec.Error, maxCertificateMessage)
+			c.State, c.Message = v1.CertificateFailed, clip.String(rec.Error, maxCertificateMessage)
 		case !now.Before(rec.NotAfter):
 			c.State, c.Message = v1.CertificateFailed, "the certificate served expired at "+rec.NotAfter.UTC().Format(time.RFC3339)
 			if rec.Error != "" {
-				c.Message = clip(c.Message+"; renewal failed: "+rec.Error, maxCertificateMessage)
+				c.Message = clip.String(c.Message+"; renewal failed: "+rec.Error, maxCertificateMessage)
 			}
 		default:
 			c.State = v1.CertificateIssued
 			if rec.Error != "" {
-				c.Message = clip("renewal failed (the current certificate is still served): "+rec.Error, maxCertificateMessage)
+				c.Message = clip.String("renewal failed (the current certificate is still served): "+rec.Error, maxCertificateMessage)
 			}
 		}
 		if !rec.NotAfter.IsZero() {

@@ -29,6 +29,7 @@ import (
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/desired"
 	"github.com/tenantroute/tenantroute-operator/edge"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/connect"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
@@ -370,7 +371,7 @@ func isAuthError(err error) bool {
 func (r *EdgeProviderReconciler) setCondition(ep *v1.EdgeProvider, typ string, status metav1.ConditionStatus, reason, message string) {
 	old := previousCondition(ep.Status.Conditions, typ)
 	meta.SetStatusCondition(&ep.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-		Message: clip(message, maxConditionMessage), ObservedGeneration: ep.Generation})
+		Message: clip.String(message, maxConditionMessage), ObservedGeneration: ep.Generation})
 	if old != nil && old.Status == status && old.Reason == reason {
 		return
 	}

@@ -3,13 +3,13 @@ package controllers
 import (
 	"fmt"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 )
 
 // Defaults of the event budget. An event costs the API server and etcd about what a
@@ -62,23 +62,10 @@ func (s *eventSink) Eventf(regarding, related runtime.Object, eventtype, reason,
 			return
 		}
 	}
-	s.inner.Eventf(regarding, related, eventtype, reason, action, "%s", clip(fmt.Sprintf(note, args...), maxNote))
+	s.inner.Eventf(regarding, related, eventtype, reason, action, "%s", clip.String(fmt.Sprintf(note, args...), maxNote))
 }
 
 // maxNote is the longest note the API server accepts in an events.k8s.io/v1 Event; it
 // refuses the whole event past it, and the recorder only logs that. Messages that
 // name many zones or quote a provider's error can pass it.
 const maxNote = 1024
-
-// clip cuts s to max bytes, on a rune boundary, marking the cut.
-func clip(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	const mark = " ..."
-	cut := max - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/edge"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 )
 
 // Failover turns edge health transitions into record rewrites. On a transition it
@@ -236,7 +237,7 @@ func (f *Failover) writeHealth(ctx context.Context, name string, state edge.Stat
 }
 
 func setHealth(ep *v1.EdgeProvider, state edge.State, p edge.Probe) {
-	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: clip(p.Message, maxConditionMessage)}
+	cond := metav1.Condition{Type: v1.ConditionHealthy, ObservedGeneration: ep.Generation, Message: clip.String(p.Message, maxConditionMessage)}
 	switch state {
 	case edge.Healthy:
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1.ReasonProbeSucceeded
@@ -307,7 +308,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: clip(message, maxConditionMessage), ObservedGeneration: gen})
+			Message: clip.String(message, maxConditionMessage), ObservedGeneration: gen})
 	}
 	preferred := route.Spec.Edges[0]
 	why := func(name string) string {

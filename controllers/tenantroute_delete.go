@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/desired"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
@@ -64,7 +65,7 @@ func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.T
 			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonDeleting,
 				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
 			if len(blocked) > 0 {
-				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, clip("records cannot be deleted yet: "+strings.Join(blocked, "; "), maxConditionMessage)
+				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, clip.String("records cannot be deleted yet: "+strings.Join(blocked, "; "), maxConditionMessage)
 				if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
 					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
 				}

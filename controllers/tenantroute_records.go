@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 )
@@ -89,10 +90,10 @@ func (s *edgeState) add(zone string, o zonequeue.Outcome) {
 		s.pending = true
 	}
 	if o.Err != nil {
-		s.errs = append(s.errs, clip(fmt.Sprintf("zone %s: %v", zone, o.Err), maxQuoted))
+		s.errs = append(s.errs, clip.String(fmt.Sprintf("zone %s: %v", zone, o.Err), maxQuoted))
 	}
 	for _, f := range o.Failed {
-		s.rejected = append(s.rejected, clip(fmt.Sprintf("%s %s: %v", f.Change.Name(), f.Change.Type(), f.Err), maxQuoted))
+		s.rejected = append(s.rejected, clip.String(fmt.Sprintf("%s %s: %v", f.Change.Name(), f.Change.Type(), f.Err), maxQuoted))
 	}
 	for _, c := range o.Conflicts {
 		holder := "a record the operator does not own"

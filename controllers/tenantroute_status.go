@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
@@ -44,7 +45,7 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 			continue // its records are gone: it drops out of status
 		}
 		providersStatus = append(providersStatus, v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records),
-			Message: clip(message, maxConditionMessage)})
+			Message: clip.String(message, maxConditionMessage)})
 		switch state {
 		case v1.RecordsError:
 			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
@@ -86,12 +87,12 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	gen := route.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: clip(message, maxConditionMessage), ObservedGeneration: gen})
+			Message: clip.String(message, maxConditionMessage), ObservedGeneration: gen})
 	}
 
 	oldConflict := previousCondition(route.Status.Conditions, v1.ConditionConflict)
 	if len(conflicts) > 0 {
-		message := clip(strings.Join(conflicts, "; "), maxConditionMessage) // as stored, for the comparison below
+		message := clip.String(strings.Join(conflicts, "; "), maxConditionMessage) // as stored, for the comparison below
 		set(v1.ConditionConflict, metav1.ConditionTrue, v1.ReasonConflict, message)
 		if oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Message != message {
 			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonConflict, "ClaimHostname", "%s", message)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 )
 
 // Kind says whether retrying can help.
@@ -43,8 +45,18 @@ type Error struct {
 	Err     error
 }
 
+// maxErrorText bounds the text an Error quotes of what it wraps. A provider's error
+// can carry the whole body of an answer (Cloudflare's SDK quotes it; a gateway in
+// front of it may answer 502 with megabytes of HTML), and the text goes to logs,
+// statuses and events on every retry.
+const maxErrorText = 2048
+
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s (%s): %v", e.Provider, e.Op, e.Kind, e.Err)
+	text := "<nil>"
+	if e.Err != nil {
+		text = clip.String(e.Err.Error(), maxErrorText)
+	}
+	return fmt.Sprintf("%s %s (%s): %s", e.Provider, e.Op, e.Kind, text)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,45 @@
+package cloudflare_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tenantroute/tenantroute-operator/providers"
+	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
+)
+
+// An answer may carry an error of any size (a gateway in front of the API, a
+// message quoting the request), and the SDK quotes the whole JSON body in its error. That text goes to the zone queue's log, the
+// routes' statuses and events, at every retry: it is quoted in a few kilobytes, and
+// still says what failed.
+func TestAnAnswerOfAnySizeIsQuotedInAFewKilobytes(t *testing.T) {
+	page := `{"success":false,"errors":[{"code":10000,"message":"` +
+		strings.Repeat("upstream connect error or disconnect/reset before headers. ", 20000) + `"}],"messages":[],"result":null}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(page))
+	}))
+	t.Cleanup(srv.Close)
+	p := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv.URL + "/client/v4/", MaxRetries: -1})
+
+	_, err := p.ListRecords(context.Background(), providers.Zone{Name: "example.com", ID: "zone1"})
+	if err == nil {
+		t.Fatal("a 502 listed the zone")
+	}
+	text := err.Error()
+	if len(text) > 4096 {
+		t.Fatalf("the error quotes %d bytes of a %d-byte answer", len(text), len(page))
+	}
+	for _, want := range []string{"cloudflare", "ListRecords", "transient", "502", "upstream connect error"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the error does not say %q: %s", want, text)
+		}
+	}
+	if providers.IsPermanent(err) || providers.ErrorCode(err) != "10000" {
+		t.Errorf("a 502 is classified permanent %v with code %q; want transient, 10000", providers.IsPermanent(err), providers.ErrorCode(err))
+	}
+}
