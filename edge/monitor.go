@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 )
 
 // Check is how one edge is probed.
@@ -71,9 +73,12 @@ func NewMonitor() *Monitor {
 			// A fresh connection per probe: a probe must see the edge as a new client would.
 			Transport: &http.Transport{
 				DisableKeepAlives: true,
-				DialContext:       (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-				TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
-				Proxy:             http.ProxyFromEnvironment,
+				// An answer is a status line; a probe has no use for the 10 MB of headers
+				// the default allows, every interval.
+				MaxResponseHeaderBytes: 64 << 10,
+				DialContext:            (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+				TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
+				Proxy:                  http.ProxyFromEnvironment,
 			},
 			// A redirect is an answer: 3xx counts as healthy, it is not followed.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -228,12 +233,17 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 		if errors.As(err, &urlErr) {
 			err = urlErr.Err
 		}
-		p.Message = fmt.Sprintf("GET %s: %v", target, err)
+		p.Message = clip.String(fmt.Sprintf("GET %s: %v", target, err), maxProbeMessage)
 		return p
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	p.OK = resp.StatusCode >= 200 && resp.StatusCode < 400
-	p.Message = fmt.Sprintf("%s %s", target, resp.Status)
+	p.Message = clip.String(fmt.Sprintf("%s %s", target, resp.Status), maxProbeMessage)
 	return p
 }
+
+// maxProbeMessage bounds what a probe quotes of the edge's answer: the message goes
+// to the EdgeProvider's conditions, events and logs, and the edge may answer
+// anything.
+const maxProbeMessage = 512
