@@ -233,17 +233,18 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 		if errors.As(err, &urlErr) {
 			err = urlErr.Err
 		}
-		p.Message = clip.String(fmt.Sprintf("GET %s: %v", target, err), maxProbeMessage)
+		p.Message = fmt.Sprintf("GET %s: %s", target, clip.String(err.Error(), maxProbeAnswer))
 		return p
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	p.OK = resp.StatusCode >= 200 && resp.StatusCode < 400
-	p.Message = clip.String(fmt.Sprintf("%s %s", target, resp.Status), maxProbeMessage)
+	p.Message = fmt.Sprintf("%s %s", target, clip.String(resp.Status, maxProbeAnswer))
 	return p
 }
 
-// maxProbeMessage bounds what a probe quotes of the edge's answer: the message goes
-// to the EdgeProvider's conditions, events and logs, and the edge may answer
-// anything.
-const maxProbeMessage = 512
+// maxProbeAnswer bounds what a probe quotes of the edge's answer (its status line,
+// or the error): the message goes to the EdgeProvider's conditions, events and logs,
+// and the edge may answer anything. The URL before it is the EdgeProvider's own,
+// bounded by the CRD.
+const maxProbeAnswer = 256

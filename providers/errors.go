@@ -47,17 +47,41 @@ type Error struct {
 
 // maxErrorText bounds the text an Error quotes of what it wraps. A provider's error
 // can carry the whole body of an answer (Cloudflare's SDK quotes it; a gateway in
-// front of it may answer 502 with megabytes of HTML), and the text goes to logs,
-// statuses and events on every retry.
+// front of it may answer 502 with megabytes), and the text goes to logs, statuses
+// and events on every retry.
 const maxErrorText = 2048
 
+// Error reads "provider Op (kind, code): what failed"; the code comes first, where
+// the cut of a long text cannot take it.
 func (e *Error) Error() string {
 	text := "<nil>"
 	if e.Err != nil {
 		text = clip.String(e.Err.Error(), maxErrorText)
 	}
+	if e.Code != "" {
+		return fmt.Sprintf("%s %s (%s, %s): %s", e.Provider, e.Op, e.Kind, e.Code, text)
+	}
 	return fmt.Sprintf("%s %s (%s): %s", e.Provider, e.Op, e.Kind, text)
 }
+
+// Quote returns err with its text made once, within maxErrorText. The providers'
+// classify wrap the SDKs' errors in it: a zone's failed listing is the outcome of
+// every route with records there, and each formats it, so a 1 MB answer quoted at
+// each Error() call cost a megabyte a route. errors.As still finds the SDK's error.
+func Quote(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &quoted{text: clip.String(err.Error(), maxErrorText), err: err}
+}
+
+type quoted struct {
+	text string
+	err  error
+}
+
+func (q *quoted) Error() string { return q.text }
+func (q *quoted) Unwrap() error { return q.err }
 
 func (e *Error) Unwrap() error { return e.Err }
 

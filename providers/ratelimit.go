@@ -253,7 +253,34 @@ func (t *LimitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		t.Limiter.Pause(ParseRetryAfter(resp.Header))
 	}
+	if err == nil && resp.StatusCode >= 400 {
+		// The SDKs read an error's body whole and keep it in the error: a gateway
+		// answering with a body of gigabytes would take the manager's memory.
+		resp.Body = &cutBody{ReadCloser: resp.Body, left: maxErrorBody}
+	}
 	return resp, err
+}
+
+// maxErrorBody bounds what is read of an error answer. Route53's largest is a
+// refused batch naming each of its 1,000 changes, about 150 KB.
+const maxErrorBody = 1 << 20
+
+// cutBody ends a body after its first bytes.
+type cutBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // watchedBody marks its Sends uncertain when the answer cannot be read to its end.

@@ -6,10 +6,14 @@ package clip
 
 import "unicode/utf8"
 
-// String cuts s to at most max bytes, on a rune boundary, marking the cut. A cut
-// inside a character would be stored as U+FFFD, never equal to the next sync's
-// text.
+// String cuts s to at most max bytes, on a rune boundary, marking the cut, and
+// replaces each byte that is not UTF-8 with U+FFFD. The API server stores text as
+// JSON, which makes both replacements: without them the text stored (a status
+// condition's message) never equals the next sync's, and every sync writes it again.
 func String(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = string([]rune(s)) // one U+FFFD per invalid byte, as encoding/json writes it
+	}
 	if len(s) <= max {
 		return s
 	}

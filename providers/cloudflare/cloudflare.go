@@ -450,7 +450,7 @@ func comment(owner string) string {
 // classify wraps an SDK error as a providers.Error: 429, 5xx and network failures are
 // transient; authentication, not-found and invalid requests are permanent.
 func (p *Provider) classify(op string, err error) error {
-	e := &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Err: err}
+	e := &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Err: providers.Quote(err)}
 	var apiErr *dns.Error // the SDK's one error type, aliased by each of its packages
 	switch {
 	case errors.As(err, &apiErr):

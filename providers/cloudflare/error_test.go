@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -41,5 +42,38 @@ func TestAnAnswerOfAnySizeIsQuotedInAFewKilobytes(t *testing.T) {
 	}
 	if providers.IsPermanent(err) || providers.ErrorCode(err) != "10000" {
 		t.Errorf("a 502 is classified permanent %v with code %q; want transient, 10000", providers.IsPermanent(err), providers.ErrorCode(err))
+	}
+}
+
+// The SDK reads an error's body whole and keeps it: a gateway answering with an
+// endless body would take the manager's memory. What is read of it is bounded.
+func TestAnEndlessErrorAnswerIsReadOnlyInPart(t *testing.T) {
+	const body = 256 << 20
+	var written atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		chunk := []byte(`{"success":false,"errors":[{"code":1004,"message":"` + strings.Repeat("x", 64<<10))
+		for written.Load() < body {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv.URL + "/client/v4/", MaxRetries: -1})
+
+	_, err := p.ListRecords(context.Background(), providers.Zone{Name: "example.com", ID: "zone1"})
+	if err == nil {
+		t.Fatal("a 400 listed the zone")
+	}
+	srv.CloseClientConnections()
+	if n := written.Load(); n > 16<<20 {
+		t.Errorf("the provider read %d MB of a 400's body", n>>20)
+	}
+	if !providers.IsPermanent(err) || len(err.Error()) > 4096 || !strings.Contains(err.Error(), "400") {
+		t.Errorf("a 400 gave %.300q (permanent %v)", err, providers.IsPermanent(err))
 	}
 }

@@ -560,6 +560,7 @@ func (p *Provider) classify(op string, err error) error {
 	default:
 		e.Code = "network"
 	}
+	e.Err = providers.Quote(e.Err)
 	return e
 }
 

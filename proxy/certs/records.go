@@ -9,6 +9,7 @@ import (
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -99,9 +100,9 @@ func (s *servedCerts) note(host string, c *tls.Certificate, source string) {
 }
 
 func (s *servedCerts) failed(host, msg string, renewal bool) {
-	if len(msg) > 512 {
-		msg = msg[:512] + "..."
-	}
+	// On a rune boundary: a cut inside a character is stored as U+FFFD, never equal
+	// to the next sync's text, and the route's status was written again every sync.
+	msg = clip.String(msg, 512)
 	s.mu.Lock()
 	rec := s.last[host] // the certificate still served, if any
 	rec.Error, rec.Renewal, rec.At = msg, renewal, time.Now()
