@@ -12,10 +12,10 @@ import (
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
 )
 
-// An answer may carry an error of any size (a gateway in front of the API, a
-// message quoting the request), and the SDK quotes the whole JSON body in its error. That text goes to the zone queue's log, the
-// routes' statuses and events, at every retry: it is quoted in a few kilobytes, and
-// still says what failed.
+// An answer may carry an error of any size (a gateway in front of the API, a message
+// quoting the request), and the SDK quotes the whole JSON body in its error. That
+// text goes to the zone queue's log, the routes' statuses and events, at every retry:
+// it is quoted in a few kilobytes, and still says what failed.
 func TestAnAnswerOfAnySizeIsQuotedInAFewKilobytes(t *testing.T) {
 	page := `{"success":false,"errors":[{"code":10000,"message":"` +
 		strings.Repeat("upstream connect error or disconnect/reset before headers. ", 20000) + `"}],"messages":[],"result":null}`

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/tenantroute/tenantroute-operator/internal/clip"
 	"github.com/tenantroute/tenantroute-operator/providers"
 )
 
@@ -517,10 +518,7 @@ func changeMessages(msgs []string) string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		if len(m) > each {
-			m = strings.ToValidUTF8(m[:each], "") + " ..."
-		}
-		b.WriteString(m)
+		b.WriteString(clip.String(m, each))
 	}
 	if len(msgs) > shown {
 		fmt.Fprintf(&b, "; and %d more", len(msgs)-shown)
