@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"github.com/tenantroute/tenantroute-operator/providers/zonequeue"
 	"slices"
 	"strings"
 	"time"
@@ -25,68 +26,77 @@ import (
 
 // reconcileDelete deletes the route's records from every provider it may have records
 // in, then releases the route. While a provider is unreachable the finalizer stays and
-// the queue retries with backoff. The annotation routing.tenantroute.io/deletion-policy:
-// Orphan releases the route at once and leaves its records in place.
+// the queue retries with backoff. With the annotation routing.tenantroute.io/deletion-policy:
+// Orphan the records stay, but lose this installation's marker first: records that
+// kept it would be taken for the leftovers of a crash and deleted by the orphan sweep
+// at the zone's next resync.
 func (r *TenantRouteReconciler) reconcileDelete(ctx context.Context, route *v1.TenantRoute, owner string) (res ctrl.Result, retErr error) {
 	if !controllerutil.ContainsFinalizer(route, v1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	abandoned := false
-	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan {
-		blocked, deleting := r.deleteRecords(ctx, route, owner)
-		// Counted from when this process started at the latest: after the operator was
-		// down, accounts need a moment to come back, and deletions that were waiting
-		// must not all be abandoned at once.
-		waited := min(time.Since(route.DeletionTimestamp.Time), time.Since(r.startedAt))
-		abandoned = (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout
-		if abandoned {
-			// A zone gone for good or credentials revoked must not hold the route, and
-			// its namespace, forever. Whatever is left is named, counted, and swept as an
-			// orphan once its zone can be reached again.
-			left := r.leftBehind(route, blocked)
-			where := strings.Join(blocked, "; ")
-			if where == "" {
-				where = strings.Join(left, ", ") + " (still deleting)"
-			}
-			after := "the orphan sweep removes them once their zone can be reached"
-			if r.KeepOrphans {
-				after = "the orphan sweep is off (--sweep-orphans=false): delete them by hand"
-			}
-			r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionAbandoned, "DeleteRecords",
-				"deleted after waiting %s for the providers; records of %s may remain in %s; %s",
-				r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where, after)
-			for _, edge := range left {
-				abandonedDeletions.WithLabelValues(edge).Inc()
-			}
-			log.FromContext(ctx).Info("deletion completed without the providers' confirmation", "waited", waited.Round(time.Second),
-				"blocked", blocked, "hostnames", route.Spec.Hostnames)
-		} else if len(blocked) > 0 || deleting > 0 {
-			before := route.DeepCopy()
-			ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonDeleting,
-				Message: fmt.Sprintf("deleting %d record sets", deleting), ObservedGeneration: route.Generation}
-			if len(blocked) > 0 {
-				ready.Reason, ready.Message = v1.ReasonDeletionBlocked, clip.String("records cannot be deleted yet: "+strings.Join(blocked, "; "), maxConditionMessage)
-				if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
-					r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
-				}
-			}
-			meta.SetStatusCondition(&route.Status.Conditions, ready)
-			reconcileOutcomes.WithLabelValues("deleting").Inc()
-			// Waiting for every zone, as a route whose records are pending: a zone that
-			// cannot be read tells it so (notify).
-			r.markPending(owner).listing.Store(true)
-			requeue := requeueSafety
-			if r.DeletionTimeout > 0 {
-				requeue = min(requeue, r.DeletionTimeout-waited)
-			}
-			return ctrl.Result{RequeueAfter: requeue}, r.status.write(ctx, before, route, false)
+	orphan := route.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan
+	blocked, deleting := r.deleteRecords(ctx, route, owner, orphan)
+	// Counted from when this process started at the latest: after the operator was
+	// down, accounts need a moment to come back, and deletions that were waiting
+	// must not all be abandoned at once.
+	waited := min(time.Since(route.DeletionTimestamp.Time), time.Since(r.startedAt))
+	abandoned := (len(blocked) > 0 || deleting > 0) && r.DeletionTimeout > 0 && waited >= r.DeletionTimeout
+	if abandoned {
+		// A zone gone for good or credentials revoked must not hold the route, and
+		// its namespace, forever. Whatever is left is named, counted, and swept as an
+		// orphan once its zone can be reached again.
+		left := r.leftBehind(route, blocked)
+		where := strings.Join(blocked, "; ")
+		if where == "" {
+			where = strings.Join(left, ", ") + " (still deleting)"
 		}
+		after := "the orphan sweep removes them once their zone can be reached"
+		switch {
+		case orphan && r.KeepOrphans:
+			after = "they still carry this installation's marker; the orphan sweep is off (--sweep-orphans=false), so they stay"
+		case orphan:
+			after = "they still carry this installation's marker, so the orphan sweep deletes them once their zone can be reached; --sweep-orphans=false keeps them"
+		case r.KeepOrphans:
+			after = "the orphan sweep is off (--sweep-orphans=false): delete them by hand"
+		}
+		r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionAbandoned, "DeleteRecords",
+			"deleted after waiting %s for the providers; records of %s may remain in %s; %s",
+			r.DeletionTimeout, strings.Join(route.Spec.Hostnames, ", "), where, after)
+		for _, edge := range left {
+			abandonedDeletions.WithLabelValues(edge).Inc()
+		}
+		log.FromContext(ctx).Info("deletion completed without the providers' confirmation", "waited", waited.Round(time.Second),
+			"blocked", blocked, "hostnames", route.Spec.Hostnames)
+	} else if len(blocked) > 0 || deleting > 0 {
+		before := route.DeepCopy()
+		verb, done := "deleting", "deleted"
+		if orphan {
+			verb, done = "releasing (deletion-policy Orphan: they stay, without this installation's marker)", "released"
+		}
+		ready := metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonDeleting,
+			Message: fmt.Sprintf("%s %d record sets", verb, deleting), ObservedGeneration: route.Generation}
+		if len(blocked) > 0 {
+			ready.Reason, ready.Message = v1.ReasonDeletionBlocked, clip.String("records cannot be "+done+" yet: "+strings.Join(blocked, "; "), maxConditionMessage)
+			if old := meta.FindStatusCondition(route.Status.Conditions, v1.ConditionReady); old == nil || old.Message != ready.Message {
+				r.Recorder.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDeletionBlocked, "DeleteRecords", "%s", ready.Message)
+			}
+		}
+		meta.SetStatusCondition(&route.Status.Conditions, ready)
+		reconcileOutcomes.WithLabelValues("deleting").Inc()
+		// Waiting for every zone, as a route whose records are pending: a zone that
+		// cannot be read tells it so (notify).
+		r.markPending(owner).listing.Store(true)
+		requeue := requeueSafety
+		if r.DeletionTimeout > 0 {
+			requeue = min(requeue, r.DeletionTimeout-waited)
+		}
+		return ctrl.Result{RequeueAfter: requeue}, r.status.write(ctx, before, route, false)
 	}
 	r.retire(owner, route.UID)
-	if route.Annotations[v1.DeletionPolicyAnnotation] != v1.DeletionPolicyOrphan && !abandoned {
+	if !abandoned {
 		// A declaration made from an older snapshot between the check above and the
-		// retirement shows now as pending: delete it too before letting go.
-		if blocked, deleting := r.deleteRecords(ctx, route, owner); len(blocked) > 0 || deleting > 0 {
+		// retirement shows now as pending: delete (or release) it too before letting go.
+		if blocked, deleting := r.deleteRecords(ctx, route, owner, orphan); len(blocked) > 0 || deleting > 0 {
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 	}
@@ -165,9 +175,10 @@ func (r *TenantRouteReconciler) leftBehind(route *v1.TenantRoute, blocked []stri
 	return edges
 }
 
-// deleteRecords asks every zone the route may have records in for none; it returns
-// what blocks the deletion and how many record sets are still there.
-func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.TenantRoute, owner string) ([]string, int) {
+// deleteRecords asks every zone the route may have records in for none, or with
+// release to leave them without the owner's marker; it returns what blocks the
+// deletion and how many record sets the owner still holds.
+func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.TenantRoute, owner string, release bool) ([]string, int) {
 	var blocked []string
 	deleting := 0
 	for _, edge := range desired.Edges(route) {
@@ -194,7 +205,12 @@ func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.Ten
 			}
 		}
 		for zone, q := range queues {
-			out := q.Desire(owner, nil)
+			var out zonequeue.Outcome
+			if release {
+				out = q.Release(owner)
+			} else {
+				out = q.Desire(owner, nil)
+			}
 			switch {
 			case out.Err != nil:
 				blocked = append(blocked, fmt.Sprintf("%s zone %s: %s", edge, zone, errorSummary(out.Err)))

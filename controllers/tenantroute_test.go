@@ -427,13 +427,18 @@ func TestWrongTokenAndMissingZone(t *testing.T) {
 
 func TestOrphanDeletionPolicy(t *testing.T) {
 	o := newOperator(t, "orphan")
+	// Every zone resync looks for orphans: records still marked as the deleted route's
+	// were deleted by the first one after it.
+	o.zoneResync = 3 * time.Second
 	o.start()
-	tr := o.route("acme", "acme.auth.example.com")
+	const host = "acme.auth.example.com"
+	tr := o.route("acme", host)
 	tr.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
 	o.create(tr)
 	eventually(t, 20*time.Second, func() error {
 		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
 	})
+	cfBefore, r53Before := o.cfRecords()[host], o.r53Records()[host]
 	if err := k8s.Delete(context.Background(), tr); err != nil {
 		t.Fatal(err)
 	}
@@ -443,8 +448,24 @@ func TestOrphanDeletionPolicy(t *testing.T) {
 		}
 		return nil
 	})
-	if _, ok := o.cfRecords()["acme.auth.example.com"]; !ok {
-		t.Errorf("Orphan policy deleted the record: %v", o.cfRecords())
+	// At least two resyncs, each with a sweep.
+	time.Sleep(7 * time.Second)
+	if got := o.cfRecords()[host]; !slices.Equal(got, cfBefore) {
+		t.Errorf("Cloudflare record after the Orphan deletion and two sweeps: %v, want %v", got, cfBefore)
+	}
+	if got := o.r53Records()[host]; !slices.Equal(got, r53Before) {
+		t.Errorf("Route53 record after the Orphan deletion and two sweeps: %v, want %v", got, r53Before)
+	}
+	// Left without this installation's marker: nothing of it changes them again.
+	for _, r := range o.cf.Records(o.cfZone) {
+		if r.Name == host && r.Comment != "" {
+			t.Errorf("Cloudflare record %s %s still marked %q", r.Type, r.Content, r.Comment)
+		}
+	}
+	for name, sets := range o.r53Records() {
+		if strings.HasSuffix(name, "."+host) {
+			t.Errorf("Route53 still holds the ownership record %s: %v", name, sets)
+		}
 	}
 }
 

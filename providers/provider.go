@@ -94,8 +94,17 @@ func (c Change) Name() string { return c.record().Name }
 // Type is the record type the change touches.
 func (c Change) Type() string { return c.record().Type }
 
-// Owner is the owner the change is made for.
-func (c Change) Owner() string { return c.record().Owner }
+// Owner is the owner the change is made for: the new record's, or the old one's when
+// the change leaves the record without an owner (a delete, or a release).
+func (c Change) Owner() string {
+	if c.New != nil && c.New.Owner != "" {
+		return c.New.Owner
+	}
+	if c.Old != nil {
+		return c.Old.Owner
+	}
+	return ""
+}
 
 // Zone is a DNS zone at a provider.
 type Zone struct {

@@ -113,7 +113,7 @@ func (w *world) desired(route *v1.TenantRoute, heldByOthers func(host string) bo
 		case !slices.Contains(route.Finalizers, v1.Finalizer):
 			return nil, "being deleted without the operator's finalizer: the operator does nothing"
 		case route.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan:
-			return nil, "being deleted with deletion-policy Orphan: the records stay"
+			return nil, "being deleted with deletion-policy Orphan: the records stay, without this installation's marker"
 		}
 		for _, name := range sortedKeys(edges) {
 			empty(name)

@@ -50,7 +50,10 @@ func TestChangeCostIsWhatIsSent(t *testing.T) {
 		}
 		old := r
 		old.Values = []string{value()}
-		for _, c := range []providers.Change{{Action: providers.Create, New: &r}, {Action: providers.Update, Old: &old, New: &r}, {Action: providers.Delete, Old: &r}} {
+		unowned := r // a release: the set stays, its registry record goes
+		unowned.Owner = ""
+		for _, c := range []providers.Change{{Action: providers.Create, New: &r}, {Action: providers.Update, Old: &old, New: &r},
+			{Action: providers.Update, Old: &r, New: &unowned}, {Action: providers.Delete, Old: &r}} {
 			for _, upsert := range []bool{false, true} {
 				if got, want := changeCost(c, upsert), wireCost(c, upsert); got != want {
 					t.Fatalf("%s of %+v (registry upserted: %v): cost %+v, want %+v (what is sent)", c.Action, r, upsert, got, want)

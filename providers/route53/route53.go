@@ -406,6 +406,9 @@ func changeCost(c providers.Change, upsertRegistry bool) providers.Cost {
 		}
 	case providers.Update:
 		add(*c.New, 2)
+		if released(c) {
+			registry(*c.Old, 1)
+		}
 	default:
 		add(*c.Old, 1)
 		registry(*c.Old, 1)
@@ -425,7 +428,8 @@ func wireValueLen(typ, v string) int {
 }
 
 // wireChanges are the Route53 changes of one record-set change, registry included.
-// Updates are UPSERTs of the set (its owner does not change). Creates CREATE both the
+// Updates are UPSERTs of the set; one that releases the set deletes its registry
+// record too. Creates CREATE both the
 // set and its registry record: the registry record is most of a create's characters,
 // and an UPSERT counts twice against a batch's 32,000, so CREATE fits almost twice as
 // many creates in a request. Where the last listing found a record at the registry
@@ -445,13 +449,23 @@ func wireChanges(c providers.Change, upsertRegistry bool) []types.Change {
 			{Action: registryAction, ResourceRecordSet: registrySet(*c.New)},
 		}
 	case providers.Update:
-		return []types.Change{{Action: types.ChangeActionUpsert, ResourceRecordSet: toSet(*c.New)}}
+		w := []types.Change{{Action: types.ChangeActionUpsert, ResourceRecordSet: toSet(*c.New)}}
+		if released(c) {
+			w = append(w, types.Change{Action: types.ChangeActionDelete, ResourceRecordSet: registrySet(*c.Old)})
+		}
+		return w
 	default:
 		return []types.Change{
 			{Action: types.ChangeActionDelete, ResourceRecordSet: toSet(*c.Old)},
 			{Action: types.ChangeActionDelete, ResourceRecordSet: registrySet(*c.Old)},
 		}
 	}
+}
+
+// released reports an update that leaves a set without its owner (zonequeue's
+// Release): its registry record goes, and the set is no longer this installation's.
+func released(c providers.Change) bool {
+	return c.Old != nil && c.Old.Owner != "" && c.New.Owner == ""
 }
 
 func toSet(r providers.Record) *types.ResourceRecordSet {

@@ -15,10 +15,22 @@ func (q *Queue) Flush(ctx context.Context) error { return q.flush(ctx, false) }
 type pending struct {
 	since    time.Time                     // when the oldest of its desires arrived
 	batch    map[string][]providers.Record // the desires to plan, by owner
+	release  map[string]bool               // owners of the batch whose records are released
 	unlisted map[string]struct{}           // empty desires declared before the first listing
 	sweep    bool                          // look for orphans
 	resync   bool                          // the listing is a resync's
 	dropped  bool                          // a desire came before the resync's listing began
+}
+
+// add puts owner key's desire, or its release, in the batch.
+func (p *pending) add(key string, o *owner) {
+	p.batch[key] = o.desired
+	if o.release {
+		if p.release == nil {
+			p.release = map[string]bool{}
+		}
+		p.release[key] = true
+	}
 }
 
 // flush plans the pending owners against the zone and applies their changes. With
@@ -54,7 +66,7 @@ func (q *Queue) flush(ctx context.Context, fullBatchesOnly bool) error {
 		}
 	}
 
-	f := &sending{q: q, ctx: ctx, planner: newPlanner(current, p.batch), released: map[string]bool{},
+	f := &sending{q: q, ctx: ctx, planner: newPlanner(current, p.batch, p.release), released: map[string]bool{},
 		orphans: map[string]bool{}, swept: map[string]*Outcome{}}
 	for _, key := range orphans {
 		f.orphans[key] = true
@@ -190,7 +202,7 @@ func (q *Queue) take() *pending {
 	p := &pending{since: q.firstDirty, batch: map[string][]providers.Record{}, unlisted: q.unlisted, sweep: q.sweep, resync: q.resyncing}
 	for key, o := range q.owners {
 		if o.dirty {
-			p.batch[key] = o.desired
+			p.add(key, o)
 			o.dirty = false
 		}
 	}
@@ -243,7 +255,7 @@ func (q *Queue) list(ctx context.Context, p *pending) ([]providers.Record, error
 		case err != nil && errors.Is(context.Cause(lctx), errListingDropped):
 			return nil, errListingDropped
 		case err == nil:
-			q.replanDrifted(p.batch, current, drifted)
+			q.replanDrifted(p, current, drifted)
 		}
 	} else {
 		current, err = q.provider.ListRecords(ctx, q.zone)

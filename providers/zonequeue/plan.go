@@ -1,6 +1,7 @@
 package zonequeue
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -14,6 +15,7 @@ import (
 type planner struct {
 	current []providers.Record
 	batch   map[string][]providers.Record
+	release map[string]bool // owners whose records are released rather than planned
 	// MakePlan only looks at an owner's own records and at the records at its desired
 	// names; handing it just those keeps a flush of n owners in a zone of n records
 	// linear rather than quadratic (10,000 owners: 0.1 s rather than 95 s). Only the
@@ -28,7 +30,7 @@ type planner struct {
 	claimed map[string]string
 }
 
-func newPlanner(current []providers.Record, batch map[string][]providers.Record) *planner {
+func newPlanner(current []providers.Record, batch map[string][]providers.Record, release map[string]bool) *planner {
 	wanted := map[string]string{} // a desired name and the first owner to desire it
 	shared := map[string]bool{}
 	for key, desired := range batch {
@@ -40,7 +42,7 @@ func newPlanner(current []providers.Record, batch map[string][]providers.Record)
 			}
 		}
 	}
-	pl := &planner{current: current, batch: batch, shared: shared, claimed: map[string]string{},
+	pl := &planner{current: current, batch: batch, release: release, shared: shared, claimed: map[string]string{},
 		byName: map[string][]int32{}, byOwner: make(map[string][]int32, len(batch))}
 	for i, r := range current {
 		if _, ok := wanted[r.Name]; ok {
@@ -69,6 +71,9 @@ func (pl *planner) records(key string) int { return len(pl.byOwner[key]) }
 // plan plans key's desire; owners must be planned in keys' order, as a name shared
 // with an owner planned earlier is that owner's.
 func (pl *planner) plan(key string) (changes []providers.Change, conflicts []providers.Conflict) {
+	if pl.release[key] {
+		return pl.released(key), nil
+	}
 	relevant := make([]providers.Record, 0, len(pl.byOwner[key])+1)
 	for _, i := range pl.byOwner[key] {
 		relevant = append(relevant, pl.current[i])
@@ -98,4 +103,20 @@ func (pl *planner) plan(key string) (changes []providers.Change, conflicts []pro
 		changes = append(changes, c)
 	}
 	return changes, conflicts
+}
+
+// released are the changes that leave key's records as they are without its marker:
+// records nobody marked are never changed by this installation.
+func (pl *planner) released(key string) []providers.Change {
+	changes := make([]providers.Change, 0, len(pl.byOwner[key]))
+	for _, i := range pl.byOwner[key] {
+		old := pl.current[i]
+		kept := old.Clone()
+		kept.Owner, kept.ProviderIDs = "", nil
+		changes = append(changes, providers.Change{Action: providers.Update, Old: &old, New: &kept})
+	}
+	slices.SortFunc(changes, func(a, b providers.Change) int {
+		return cmp.Or(cmp.Compare(a.Name(), b.Name()), cmp.Compare(a.Type(), b.Type()))
+	})
+	return changes
 }

@@ -124,6 +124,8 @@ type owner struct {
 	hash    uint64
 	dirty   bool
 	synced  bool
+	// release: the owner's records stay in the zone without its marker (Release).
+	release bool
 	records int32
 	// issues are the last outcome's conflicts, rejected changes and error, nil when it
 	// had none: most owners never have any, and an Outcome inline was 96 bytes an owner.
@@ -263,16 +265,25 @@ func (q *Queue) Moving() (at time.Time, flushing bool) {
 // returns the owner's outcome as it stands. A changed desire is applied by a later
 // flush; the outcome is then reported through notify.
 func (q *Queue) Desire(ownerKey string, desired []providers.Record) Outcome {
-	return q.desire(ownerKey, desired, false)
+	return q.desire(ownerKey, desired, false, false)
 }
 
 // Retract declares that owner wants no record in the zone, when the caller knows it has
 // some (it listed them): the desire is kept whatever the queue last saw.
 func (q *Queue) Retract(ownerKey string) Outcome {
-	return q.desire(ownerKey, nil, true)
+	return q.desire(ownerKey, nil, true, false)
 }
 
-func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords bool) Outcome {
+// Release declares that owner's records stay in the zone as they are but are no longer
+// its own: a later flush writes them without the owner's marker, after which no
+// owner, no orphan sweep and no other queue of this installation changes them. The
+// owner holds no record once that is applied (Outcome.Records 0), as after a retract.
+// A later desire of the owner replaces the release.
+func (q *Queue) Release(ownerKey string) Outcome {
+	return q.desire(ownerKey, nil, false, true)
+}
+
+func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords, release bool) Outcome {
 	normalised := make([]providers.Record, len(desired))
 	for i, r := range desired {
 		normalised[i] = q.provider.Normalize(r)
@@ -286,7 +297,11 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	defer q.mu.Unlock()
 	o, ok := q.owners[ownerKey]
 	if !ok && len(normalised) == 0 && !hasRecords {
-		if q.present == nil {
+		switch {
+		case q.present == nil && release:
+			// Not listed yet: the release waits for the listing as an owner of its own
+			// (an unlisted empty desire would delete the records it finds).
+		case q.present == nil:
 			if _, kept := q.unlisted[ownerKey]; !kept {
 				if q.unlisted == nil {
 					q.unlisted = map[string]struct{}{}
@@ -295,9 +310,10 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 				q.touch()
 			}
 			return Outcome{Unlisted: true, Err: q.listErr}
-		}
-		if _, has := q.present[ownerKey]; !has {
-			return Outcome{Synced: true}
+		default:
+			if _, has := q.present[ownerKey]; !has {
+				return Outcome{Synced: true}
+			}
 		}
 	}
 	if !ok {
@@ -307,10 +323,10 @@ func (q *Queue) desire(ownerKey string, desired []providers.Record, hasRecords b
 	}
 	// An unchanged desire is pending, applied, or being retried already; owners with
 	// conflicts or rejected records are re-planned every Resync.
-	if ok && o.hash == h {
+	if ok && o.hash == h && o.release == release {
 		return o.outcome()
 	}
-	o.desired, o.hash = q.shareValues(normalised), h
+	o.desired, o.hash, o.release = q.shareValues(normalised), h, release
 	o.synced = false
 	q.markDirty(o)
 	return o.outcome()

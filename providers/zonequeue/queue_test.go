@@ -930,3 +930,72 @@ func TestAFullRequestGoesOutWithoutWaitingForThePause(t *testing.T) {
 		return mem.changes == n
 	})
 }
+
+// A released owner's records stay as they are without its marker: no later desire of
+// another owner, no sweep and no retract of this installation changes them. Asked again
+// once done, the release is answered at once.
+func TestAReleasedOwnersRecordsStayUnmarked(t *testing.T) {
+	mem, q, n := setup()
+	q.Desire("o", cname("a.example.com"))
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out := q.Release("o"); out.Synced {
+		t.Fatalf("released before any flush: %+v", out)
+	}
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := n.of("o"); !out.Synced || out.Records != 0 || out.Err != nil {
+		t.Errorf("outcome of the release: %+v", out)
+	}
+	rec, ok := mem.records[providers.Key{Name: "a.example.com", Type: providers.TypeCNAME}]
+	if !ok || rec.Owner != "" || !slices.Equal(rec.Values, []string{"edge.example.net"}) {
+		t.Fatalf("record after the release: %+v (present %t), want it unmarked and unchanged", rec, ok)
+	}
+	for range 3 {
+		if out := q.Release("o"); !out.Synced || out.Records != 0 {
+			t.Fatalf("release asked again once done: %+v", out)
+		}
+		if err := q.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The name is nobody's now: a new owner wanting it has a conflict, and the old
+	// owner's empty desire deletes nothing.
+	if out := q.Desire("o", nil); !out.Synced {
+		t.Errorf("empty desire after the release: %+v", out)
+	}
+	q.Desire("p", cname("a.example.com"))
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := n.of("p"); len(out.Conflicts) != 1 {
+		t.Errorf("another owner's desire for the released name: %+v, want a conflict", out)
+	}
+	if rec := mem.records[providers.Key{Name: "a.example.com", Type: providers.TypeCNAME}]; rec.Owner != "" {
+		t.Errorf("released record taken by %q", rec.Owner)
+	}
+}
+
+// A release declared before the zone was ever listed waits for the listing and
+// releases what it finds, never deletes it.
+func TestAReleaseBeforeTheFirstListingDeletesNothing(t *testing.T) {
+	mem := newMem()
+	rec := cname("a.example.com")[0]
+	rec.Owner = "o"
+	mem.records[rec.Key()] = rec
+	n := &notes{got: map[string]Outcome{}}
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{}, n.record)
+	q.Release("o")
+	if err := q.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := mem.records[rec.Key()]
+	if !ok || got.Owner != "" {
+		t.Errorf("record after a release before the first listing: %+v (present %t), want it kept unmarked", got, ok)
+	}
+	if out, _ := n.of("o"); !out.Synced || out.Records != 0 {
+		t.Errorf("outcome: %+v", out)
+	}
+}

@@ -48,8 +48,10 @@ func (q *Queue) finish(outcomes map[string]*Outcome, released map[string]bool, c
 		}
 		o.setOutcome(*out)
 		if counted && len(o.desired) == 0 && !o.dirty && out.Synced && out.Records == 0 && len(out.Conflicts) == 0 && len(out.Failed) == 0 {
-			// Nothing wanted and nothing left: known again only if it wants records here.
+			// Nothing wanted and nothing left: known again only if it wants records here,
+			// and an empty desire till then is answered at once.
 			delete(q.owners, key)
+			delete(q.present, key)
 		}
 	}
 	// Only a deletion can free a name that another owner waits for: without one, the

@@ -81,7 +81,7 @@ func (q *Queue) giveBack(p *pending) {
 // replanDrifted adds to a resync's batch the owners it concerns: those with records
 // or desires at a drifted name (every owner when drifted is nil), and those with
 // conflicts or rejected records.
-func (q *Queue) replanDrifted(batch map[string][]providers.Record, current []providers.Record, drifted map[string]bool) {
+func (q *Queue) replanDrifted(p *pending, current []providers.Record, drifted map[string]bool) {
 	holders := map[string]bool{}
 	for _, r := range current {
 		if r.Owner != "" && drifted[r.Name] {
@@ -91,13 +91,13 @@ func (q *Queue) replanDrifted(batch map[string][]providers.Record, current []pro
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for key, o := range q.owners {
-		if _, in := batch[key]; in {
+		if _, in := p.batch[key]; in {
 			continue
 		}
 		concerned := drifted == nil || holders[key] || o.issues != nil && (len(o.issues.conflicts) > 0 || len(o.issues.failed) > 0) ||
 			slices.ContainsFunc(o.desired, func(r providers.Record) bool { return drifted[r.Name] })
 		if concerned {
-			batch[key] = o.desired
+			p.add(key, o)
 			o.dirty = false
 		}
 	}
