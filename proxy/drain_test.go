@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -230,5 +232,58 @@ func TestDrainClosesTunnelsStuckInAFrameAtTheTimeout(t *testing.T) {
 	}
 	if _, err := backendPeer.Write([]byte("x")); err == nil {
 		t.Error("the backend end is still open")
+	}
+}
+
+// While the proxy drains, every answer on a kept-alive connection says Connection:
+// close, the backend's answers too (the backend's own Connection header, read and
+// stripped as hop-by-hop, took the proxy's away): a client behind a load balancer
+// otherwise keeps its connection to the draining replica until it is cut, and a
+// request sent then is lost.
+func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
+	rec := newRecorder(t, func(_ int, _ *seenRequest, w *bufio.Writer) bool {
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{rec.URL}}}}
+	p := New(NewChain(ChainOptions{}, src), Options{ShutdownDelay: 3 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	ask := func(path string) *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := ask("/before"); resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("before the drain: status %d, close %t", resp.StatusCode, resp.Close)
+	}
+	cancel()
+	for !p.Draining() {
+		time.Sleep(time.Millisecond)
+	}
+	if resp := ask("/draining"); resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("a proxied answer while draining: status %d, Connection: close %t; want 200 with Connection: close", resp.StatusCode, resp.Close)
 	}
 }

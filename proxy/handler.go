@@ -130,8 +130,10 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		if err == nil {
 			u.downUntil.Store(0)
 			stripHopByHop(&ctx.Response.Header)
-			if body != nil && !body.eof {
-				ctx.SetConnectionClose() // answered before the whole body was read
+			// The backend's answer replaced the response header, and with it the close
+			// a drain asked for above.
+			if (body != nil && !body.eof) || p.draining.Load() {
+				ctx.SetConnectionClose() // or answered before the whole body was read
 			}
 			if !req.Header.IsHTTP11() && ctx.Response.IsBodyStream() && ctx.Response.Header.ContentLength() < 0 {
 				p.streamToHTTP10(ctx)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 )
 
+var schemeSep = []byte("://")
+
 // validTarget checks a request-target at least as strictly as Go's net/http does, so
 // that no backend reads a target the proxy let through differently: origin-form
-// ("/path?q"), absolute-form (http or https, an authority of a host name and an
+// ("/path?q", but not "//host/...://..."), absolute-form (http or https, an authority of a host name and an
 // optional port, no user information), or "*" for OPTIONS; no control character, no
 // fragment; in the path, every '%' starts an escape of two hex digits. fasthttp itself
 // accepts more.
@@ -15,6 +17,13 @@ func validTarget(uri []byte, options bool) bool {
 	case len(uri) == 0:
 		return false
 	case uri[0] == '/':
+		// "//victim.example.com/x?u=https://y" is an origin-form path, but fasthttp
+		// reads a target that starts with "//" and holds "://" anywhere as a
+		// scheme-relative URL and takes its host from it, not from the Host header: a
+		// request that a front edge let through for one tenant would reach another.
+		if len(uri) > 1 && uri[1] == '/' && bytes.Contains(uri, schemeSep) {
+			return false
+		}
 	case len(uri) == 1 && uri[0] == '*':
 		return options
 	case hasPrefixFold(uri, "http://"), hasPrefixFold(uri, "https://"):

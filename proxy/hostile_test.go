@@ -703,3 +703,38 @@ func TestHostileRandomHostFloodKeepsRealRoutes(t *testing.T) {
 		t.Error("the hot route was looked up again after the flood")
 	}
 }
+
+// A target that starts with "//" is an origin-form path (RFC 9112 3.2.1): the route
+// comes from Host, never from the path. fasthttp reads "//victim.../x?u=https://y" as
+// a scheme-relative URL and took victim's host from it, so that a front edge that
+// checks the Host header's tenant (an allowlist, a WAF) let the request reach another
+// tenant. The proxy refuses such a target; one it can forward byte for byte goes to
+// the Host header's tenant.
+func TestHostileTargetCannotNameAnotherTenant(t *testing.T) {
+	acme, victim := newRecorder(t, nil), newRecorder(t, nil)
+	tp := startProxy(t, map[string]Route{
+		"acme.example.com":   {Tenant: "acme", Region: "eu", Backends: []string{acme.URL}},
+		"victim.example.com": {Tenant: "victim", Region: "eu", Backends: []string{victim.URL}},
+	}, Options{})
+	for _, target := range []string{
+		"//victim.example.com/login?next=https://example.org/",
+		"//victim.example.com/a://b",
+		"//victim.example.com?u=http://x",
+		"//victim.example.com/plain",
+	} {
+		_, br := exchange(t, tp, "GET "+target+" HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		resp, _ := readResponse(t, br, "GET")
+		if got := victim.take(); len(got) > 0 {
+			t.Errorf("GET %s with Host acme.example.com reached the other tenant's backend: %+v", target, got[0].Header)
+		}
+		seen := acme.take()
+		switch {
+		case resp.StatusCode == http.StatusBadRequest && len(seen) == 0:
+		case resp.StatusCode == http.StatusOK && len(seen) == 1 && seen[0].Path == target:
+			checkTenant(t, seen)
+		default:
+			t.Errorf("GET %s with Host acme.example.com: status %d, acme's backend saw %d requests %v; want a 400, or the path as sent at acme's backend",
+				target, resp.StatusCode, len(seen), seen)
+		}
+	}
+}
