@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -102,6 +103,11 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 			return s, nil
 		}
 		if freed == nil {
+			if d, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(d) {
+				// Waiting would end in the deadline's error, which reads as a network
+				// failure and loses how long the account is held.
+				return Slot{}, &HeldError{RetryAfter: wait}
+			}
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -117,6 +123,15 @@ func (l *Limiter) Wait(ctx context.Context) (Slot, error) {
 		case <-freed:
 		}
 	}
+}
+
+// HeldError is a request the account's limiter did not send: a Retry-After from the
+// provider, or the account's own request budget, holds every request of the account
+// for RetryAfter, longer than the request could wait.
+type HeldError struct{ RetryAfter time.Duration }
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("not sent: the account's requests are held for %s by its rate limit", e.RetryAfter.Round(time.Second))
 }
 
 // reserve counts a request sent at now, or returns how long to wait, or a channel to

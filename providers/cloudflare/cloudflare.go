@@ -104,8 +104,23 @@ func New(o Options) *Provider {
 		option.WithHTTPClient(httpClient),
 		option.WithMaxRetries(o.MaxRetries),
 		option.WithRequestTimeout(30 * time.Second),
+		option.WithMiddleware(noRetryWhenLimited),
 	}
 	return &Provider{name: o.Name, records: dns.NewRecordService(opts...), zones: zones.NewZoneService(opts...), batchSize: o.BatchSize}
+}
+
+// noRetryWhenLimited hands a 429 back to the caller rather than to the SDK's retries.
+// The SDK sleeps out the Retry-After inside the 30 s it gives each attempt: Cloudflare
+// asks for up to the rest of its five-minute window, and the call then failed as a
+// network error that had lost the wait. The zone queue waits it out (RetryAfter) and
+// reports the zone as throttled meanwhile; the account's limiter holds every other
+// request for it too.
+func noRetryWhenLimited(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		resp.Header.Set("X-Should-Retry", "false") // read by the SDK's retry loop
+	}
+	return resp, err
 }
 
 // Name implements providers.Provider.
@@ -452,6 +467,7 @@ func comment(owner string) string {
 func (p *Provider) classify(op string, err error) error {
 	e := &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Err: providers.Quote(err)}
 	var apiErr *dns.Error // the SDK's one error type, aliased by each of its packages
+	var held *providers.HeldError
 	switch {
 	case errors.As(err, &apiErr):
 		e.Code = strconv.Itoa(apiErr.StatusCode)
@@ -470,6 +486,8 @@ func (p *Provider) classify(op string, err error) error {
 		default:
 			e.Kind = providers.Permanent
 		}
+	case errors.As(err, &held):
+		e.Code, e.Refused, e.RetryAfter = "rate_limit", true, held.RetryAfter
 	case providers.IsNetwork(err), errors.Is(err, context.Canceled):
 		e.Code = "network"
 	}

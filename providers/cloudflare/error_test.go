@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
 	"github.com/tenantroute/tenantroute-operator/providers/cloudflare"
@@ -75,5 +76,45 @@ func TestAnEndlessErrorAnswerIsReadOnlyInPart(t *testing.T) {
 	}
 	if !providers.IsPermanent(err) || len(err.Error()) > 4096 || !strings.Contains(err.Error(), "400") {
 		t.Errorf("a 400 gave %.300q (permanent %v)", err, providers.IsPermanent(err))
+	}
+}
+
+// Cloudflare answers a spent rate limit with 429 and Retry-After, up to the rest of
+// its five-minute window. The SDK sleeps that long before retrying, inside the 30 s it
+// gives each attempt, so a long one came back as a network error without its wait:
+// the queue then retried from 1 s, into the same refusal. The refusal and its wait
+// come back as they are, at once, and the account's next request, whichever zone it
+// is for, is refused with the rest of the wait rather than blocking for 30 s.
+func TestALongRateLimitRefusalIsReturnedWithItsWait(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "60")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"success":false,"errors":[{"code":10000,"message":"Rate limited. Please wait and consider throttling your request speed"}],"messages":[],"result":null}`))
+	}))
+	t.Cleanup(srv.Close)
+	p := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv.URL + "/client/v4/"})
+
+	for i, zone := range []string{"zone1", "zone2"} {
+		start := time.Now()
+		_, err := p.ListRecords(context.Background(), providers.Zone{Name: "example.com", ID: zone})
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("a 429 listed the zone")
+		}
+		if !providers.Refused(err) || providers.IsPermanent(err) {
+			t.Errorf("call %d: %v, refused %v; want a transient refusal", i+1, err, providers.Refused(err))
+		}
+		if got := providers.RetryAfter(err); got < 55*time.Second || got > 60*time.Second {
+			t.Errorf("call %d: retry after %s, want the 60 s asked for (less what passed)", i+1, got)
+		}
+		if took > 5*time.Second {
+			t.Errorf("call %d took %s", i+1, took.Round(time.Second))
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d requests reached the API during its refusal, want 1", n)
 	}
 }

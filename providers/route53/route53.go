@@ -547,7 +547,10 @@ func (p *Provider) classify(op string, err error) error {
 	e := &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Err: err}
 	var apiErr smithy.APIError
 	var respErr *smithyhttp.ResponseError
+	var held *providers.HeldError
 	switch {
+	case errors.As(err, &held):
+		e.Code, e.Refused, e.RetryAfter = "rate_limit", true, held.RetryAfter
 	case errors.As(err, &apiErr):
 		e.Code = boundCode(apiErr.ErrorCode())
 		switch e.Code {
