@@ -14,7 +14,8 @@
 #            hack/bench/zipf.lua): the host -> tenant lookup and each peer's vhost
 #            matching on the path; an unknown host would be a 404 and fails the run
 #   ROUNDS=3 DURATION=10s     rounds of each kind and the length of one measurement
-#   PEERS="nginx haproxy caddy floor"   who runs beside the proxy
+#   PEERS="nginx haproxy caddy floor"   who runs beside the proxy; "floorwork" adds the
+#                             floor doing the proxy's per-request work (floor -work)
 # Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -44,6 +45,7 @@ declare -A port=(
   [plain.proxy]=19002 [tls.proxy]=19012 [hosts.proxy]=19002
   [plain.nginx]=19003 [tls.nginx]=19013 [hosts.nginx]=19033
   [plain.floor]=19004 [hosts.floor]=19004
+  [plain.floorwork]=19007 [hosts.floorwork]=19007
   [plain.haproxy]=19005 [tls.haproxy]=19015 [hosts.haproxy]=19035
   [plain.caddy]=19006 [tls.caddy]=19016 [hosts.caddy]=19036
 )
@@ -57,6 +59,10 @@ cpu_pids[proxy]=$!
 if [[ " ${peers} " == *" floor "* ]]; then
   "${work}/floor" -listen 127.0.0.1:19004 -backend 127.0.0.1:19001 & pids+=($!)
   cpu_pids[floor]=$!
+fi
+if [[ " ${peers} " == *" floorwork "* ]]; then
+  "${work}/floor" -listen 127.0.0.1:19007 -backend 127.0.0.1:19001 -work -hosts "${nhosts}" & pids+=($!)
+  cpu_pids[floorwork]=$!
 fi
 
 if [[ " ${peers} " == *" nginx "* ]]; then

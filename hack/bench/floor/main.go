@@ -15,8 +15,10 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"runtime"
 	"strconv"
 
@@ -27,7 +29,8 @@ type conn struct {
 	fd     int
 	client bool
 	in     []byte
-	peer   *conn // the backend serving a client's request, or the client a backend serves
+	peer   *conn      // the backend serving a client's request, or the client a backend serves
+	addr   netip.Addr // a client's address
 }
 
 type loop struct {
@@ -36,12 +39,19 @@ type loop struct {
 	conns   map[int]*conn
 	idle    []*conn // backend connections ready for a request
 	backend unix.Sockaddr
+	work    *work // with -work, the proxy's work on each request and answer
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:19004", "address")
 	backend := flag.String("backend", "127.0.0.1:19001", "backend address (host:port, IPv4)")
+	withWork := flag.Bool("work", false, "do the proxy's work on each request and answer (work.go)")
+	nhosts := flag.Int("hosts", 0, "with -work, also route t0 to tN-1.bench.example.com")
 	flag.Parse()
+	hosts := map[string]string{"bench.example.com": "bench"}
+	for i := range *nhosts {
+		hosts[fmt.Sprintf("t%d.bench.example.com", i)] = "bench"
+	}
 	la, err := net.ResolveTCPAddr("tcp4", *listen)
 	if err != nil {
 		log.Fatal(err)
@@ -54,6 +64,9 @@ func main() {
 		l, err := newLoop(&unix.SockaddrInet4{Port: la.Port, Addr: [4]byte(la.IP.To4())}, &unix.SockaddrInet4{Port: ba.Port, Addr: [4]byte(ba.IP.To4())})
 		if err != nil {
 			log.Fatal(err)
+		}
+		if *withWork {
+			l.work = newWork(hosts)
 		}
 		go l.run()
 	}
@@ -124,12 +137,16 @@ func (l *loop) run() {
 
 func (l *loop) accept() {
 	for {
-		fd, _, err := unix.Accept4(l.ln, unix.SOCK_NONBLOCK)
+		fd, sa, err := unix.Accept4(l.ln, unix.SOCK_NONBLOCK)
 		if err != nil {
 			return
 		}
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		l.conns[fd] = &conn{fd: fd, client: true}
+		c := &conn{fd: fd, client: true}
+		if a, ok := sa.(*unix.SockaddrInet4); ok {
+			c.addr = netip.AddrFrom4(a.Addr)
+		}
+		l.conns[fd] = c
 		if l.watch(fd) != nil {
 			l.close(l.conns[fd])
 		}
@@ -167,8 +184,17 @@ func (l *loop) request(c *conn) {
 		l.close(c)
 		return
 	}
+	out := c.in[:i+4]
+	if l.work != nil {
+		var ok bool
+		if out, ok = l.work.request(out, c.addr); !ok {
+			l.idle = append(l.idle, b)
+			l.close(c)
+			return
+		}
+	}
 	b.peer, c.peer = c, b
-	if _, err := unix.Write(b.fd, c.in[:i+4]); err != nil {
+	if _, err := unix.Write(b.fd, out); err != nil {
 		l.close(b)
 		l.close(c)
 		return
@@ -218,7 +244,16 @@ func (l *loop) response(b *conn) {
 	if len(b.in) < i+4+size {
 		return
 	}
-	_, err := unix.Write(c.fd, b.in[:i+4+size])
+	out := b.in[:i+4+size]
+	if l.work != nil {
+		var ok bool
+		if out, ok = l.work.response(b.in[:i+4], b.in[i+4:i+4+size]); !ok {
+			l.close(b)
+			l.close(c)
+			return
+		}
+	}
+	_, err := unix.Write(c.fd, out)
 	b.in = b.in[:0]
 	b.peer, c.peer = nil, nil
 	l.idle = append(l.idle, b)
