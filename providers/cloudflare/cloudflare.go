@@ -173,12 +173,25 @@ type record struct {
 }
 
 // ListRecords implements providers.Provider, reading every page of the zone's records.
+// A listing is what plans are made against (a record missing from it is created
+// beside whatever holds its name), so one that cannot be whole is an error: a 2xx
+// answer that does not say success with a result (the SDK takes it as an empty
+// page), pages that do not move forward, and a count that differs from the total
+// the API gave (the zone changed between pages).
 func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
-	ctx = providers.WithOperation(ctx, "ListRecords")
+	const op = "ListRecords"
+	ctx = providers.WithOperation(ctx, op)
 	var all []record
+	firsts := map[string]bool{} // the first record of each page
+	total := -1
 	for n := 1; ; n++ {
 		var page struct {
-			Result []record `json:"result"`
+			Success    *bool    `json:"success"`
+			Result     []record `json:"result"`
+			ResultInfo *struct {
+				TotalCount int `json:"total_count"`
+				TotalPages int `json:"total_pages"`
+			} `json:"result_info"`
 		}
 		var q dns.RecordListParams
 		q.ZoneID.Value, q.ZoneID.Present = zone.ID, true
@@ -186,13 +199,28 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 		q.PerPage.Value, q.PerPage.Present = float64(listPageSize), true
 		_, err := p.records.List(ctx, q, option.WithResponseBodyInto(&page))
 		if err != nil {
-			return nil, p.classify("ListRecords", err)
+			return nil, p.classify(op, err)
+		}
+		if page.Success == nil || !*page.Success || page.Result == nil {
+			return nil, p.unsure(op, "page %d of zone %s: a 2xx answer without success and a result", n, zone.Name)
+		}
+		if len(page.Result) > 0 {
+			if firsts[page.Result[0].ID] {
+				return nil, p.unsure(op, "page %d of zone %s repeats an earlier page", n, zone.Name)
+			}
+			firsts[page.Result[0].ID] = true
 		}
 		all = append(all, page.Result...)
+		if page.ResultInfo != nil {
+			total = page.ResultInfo.TotalCount
+		}
 		// A short page is the last; this saves the empty page the SDK's auto-pager asks for.
-		if len(page.Result) < listPageSize {
+		if len(page.Result) < listPageSize || (page.ResultInfo != nil && n >= page.ResultInfo.TotalPages) {
 			break
 		}
+	}
+	if total >= 0 && len(all) != total {
+		return nil, p.unsure(op, "zone %s: read %d records of the %d the API counted (the zone changed while it was listed)", zone.Name, len(all), total)
 	}
 	return p.group(all), nil
 }
@@ -496,6 +524,11 @@ func (p *Provider) classify(op string, err error) error {
 
 func (p *Provider) permanent(op, format string, args ...any) error {
 	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Permanent, Code: "not_found", Err: fmt.Errorf(format, args...)}
+}
+
+// unsure is a transient error for an answer that cannot be the provider's whole truth.
+func (p *Provider) unsure(op, format string, args ...any) error {
+	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Code: "incomplete", Err: fmt.Errorf(format, args...)}
 }
 
 func (p *Provider) transient(op, format string, args ...any) error {

@@ -2,8 +2,10 @@ package cloudflare_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -116,5 +118,65 @@ func TestALongRateLimitRefusalIsReturnedWithItsWait(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d requests reached the API during its refusal, want 1", n)
+	}
+}
+
+// A listing is what plans are made against: a record missing from it is created
+// beside whatever holds the name, and an owner missing from it is taken for gone. A
+// 2xx answer that cannot be the whole zone is an error, never an empty or partial
+// zone: one that says success false (the SDK reads no error in a 200), one that is
+// not a listing at all, pages that repeat themselves (an API or gateway that ignores
+// the page asked for: read forever before), and fewer records than the API counted.
+func TestAListingThatCannotBeWholeIsAnError(t *testing.T) {
+	recs := func(from, n int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"id":"r%d","name":"h%d.example.com","type":"A","content":"192.0.2.1","ttl":60,"proxied":false,"comment":""}`, from+i, from+i)
+		}
+		return b.String()
+	}
+	pageOf := func(result string, total, pages int) string {
+		return fmt.Sprintf(`{"success":true,"errors":[],"messages":[],"result":[%s],"result_info":{"page":1,"per_page":5000,"count":0,"total_count":%d,"total_pages":%d}}`, result, total, pages)
+	}
+	for name, answer := range map[string]func(page int) string{
+		"success false": func(int) string {
+			return `{"success":false,"errors":[{"code":10000,"message":"Authentication error"}],"messages":[],"result":null}`
+		},
+		"not a listing":      func(int) string { return `{}` },
+		"the page ignored":   func(int) string { return pageOf(recs(0, 5000), 12000, 3) },
+		"fewer than counted": func(int) string { return pageOf(recs(0, 3), 5, 1) },
+		"a short middle page": func(page int) string {
+			if page == 1 {
+				return pageOf(recs(0, 5000), 5004, 2)
+			}
+			return pageOf(recs(5000, 2), 5004, 2)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(answer(page)))
+			}))
+			t.Cleanup(srv.Close)
+			p := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv.URL + "/client/v4/"})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			got, err := p.ListRecords(ctx, providers.Zone{Name: "example.com", ID: "zone1"})
+			if err == nil || ctx.Err() != nil {
+				t.Fatalf("listed %d records (error %v, after %d requests)", len(got), err, requests.Load())
+			}
+			if providers.IsPermanent(err) {
+				t.Errorf("%v is permanent; an answer to try again", err)
+			}
+			if n := requests.Load(); n > 3 {
+				t.Errorf("%d requests for one listing: %v", n, err)
+			}
+		})
 	}
 }

@@ -243,25 +243,30 @@ func listOrder(name string) string {
 	return strings.Join(labels, ".")
 }
 
-// ListRecords implements providers.Provider with the record-set paginator, joining
-// registry records to the sets they own.
+// ListRecords implements providers.Provider, reading every page of the zone's record
+// sets and joining registry records to the sets they own. A listing is the truth the
+// plans are made against (what is absent is created, beside records of others), so
+// one that cannot be whole is an error: pages that do not move forward (the SDK's
+// paginator would loop on them), and a listing without the zone's SOA, which every
+// hosted zone has (a 200 with an empty or foreign body reads as an empty zone).
 func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]providers.Record, error) {
-	ctx = providers.WithOperation(ctx, "ListRecords")
-	pages := r53.NewListResourceRecordSetsPaginator(p.client, &r53.ListResourceRecordSetsInput{
-		HostedZoneId: aws.String(zone.ID), MaxItems: aws.Int32(300),
-	})
+	const op = "ListRecords"
+	ctx = providers.WithOperation(ctx, op)
+	in := &r53.ListResourceRecordSetsInput{HostedZoneId: aws.String(zone.ID), MaxItems: aws.Int32(300)}
 	owners := map[providers.Key]string{}
 	// Every record at a registry name, ours in form or not: a create beside one that
 	// is not ours in form (edited by hand) must overwrite it too, or be refused forever.
 	leftover := map[providers.Key]bool{}
 	var records []providers.Record
+	soa := false
+	started := map[string]bool{} // where each page began
 	// Each page is turned into records as it comes: the SDK's sets of a whole zone
 	// (four a route: its records and their registry TXTs) were, kept until the last
 	// page, the larger part of what a resync of 10 zones of 10,000 routes held.
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
+	for n := 1; ; n++ {
+		page, err := p.client.ListResourceRecordSets(ctx, in)
 		if err != nil {
-			return nil, p.classify("ListRecords", err)
+			return nil, p.classify(op, err)
 		}
 		for _, s := range page.ResourceRecordSets {
 			r := fromSet(s)
@@ -272,8 +277,21 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 				}
 				continue
 			}
+			soa = soa || (r.Type == "SOA" && r.Name == zone.Name)
 			records = append(records, r)
 		}
+		if !page.IsTruncated {
+			break
+		}
+		next := aws.ToString(page.NextRecordName) + " " + string(page.NextRecordType) + " " + aws.ToString(page.NextRecordIdentifier)
+		if page.NextRecordName == nil || started[next] {
+			return nil, p.unsure(op, "page %d of zone %s is truncated but does not lead to a new page (next: %q)", n, zone.Name, next)
+		}
+		started[next] = true
+		in.StartRecordName, in.StartRecordType, in.StartRecordIdentifier = page.NextRecordName, page.NextRecordType, page.NextRecordIdentifier
+	}
+	if !soa {
+		return nil, p.unsure(op, "the listing of zone %s (%d record sets) has no SOA at its apex: an answer that is not the whole zone", zone.Name, len(records))
 	}
 	for i := range records {
 		k := records[i].Key()
@@ -577,6 +595,11 @@ func (p *Provider) classify(op string, err error) error {
 	}
 	e.Err = providers.Quote(e.Err)
 	return e
+}
+
+// unsure is a transient error for an answer that cannot be the provider's whole truth.
+func (p *Provider) unsure(op, format string, args ...any) error {
+	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Code: "incomplete", Err: fmt.Errorf(format, args...)}
 }
 
 func (p *Provider) permanent(op, format string, args ...any) error {

@@ -321,3 +321,64 @@ func TestARefusedBatchQuotesAFewOfItsReasons(t *testing.T) {
 		t.Fatalf("a batch refused with 1,001 reasons gave a %d-byte error (valid UTF-8 %t): %.300s", len(msg), utf8.ValidString(msg), msg[max(0, len(msg)-300):])
 	}
 }
+
+// A listing is what plans are made against: a record missing from it is created
+// beside whatever holds the name, and an owner missing from it is taken for gone. An
+// answer that cannot be the whole zone is an error, never an empty or partial zone:
+// a 200 with an empty or foreign body (a broken gateway), a zone without its SOA,
+// and pages that do not move forward (the SDK's paginator followed them forever).
+func TestAListingThatCannotBeWholeIsAnError(t *testing.T) {
+	const apex = `<ResourceRecordSet><Name>example.com.</Name><Type>SOA</Type><TTL>900</TTL><ResourceRecords><ResourceRecord><Value>ns.example.com. h.example.com. 1 7200 900 1209600 86400</Value></ResourceRecord></ResourceRecords></ResourceRecordSet>`
+	const a = `<ResourceRecordSet><Name>a.example.com.</Name><Type>A</Type><TTL>60</TTL><ResourceRecords><ResourceRecord><Value>192.0.2.1</Value></ResourceRecord></ResourceRecords></ResourceRecordSet>`
+	listing := func(sets, tail string) string {
+		return `<?xml version="1.0" encoding="UTF-8"?><ListResourceRecordSetsResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/">` +
+			`<ResourceRecordSets>` + sets + `</ResourceRecordSets>` + tail + `<MaxItems>300</MaxItems></ListResourceRecordSetsResponse>`
+	}
+	for name, answer := range map[string]string{
+		"an empty body":                   "",
+		"a zone without its SOA":          listing(a, `<IsTruncated>false</IsTruncated>`),
+		"truncated, with no next name":    listing(apex, `<IsTruncated>true</IsTruncated>`),
+		"truncated, always the same next": listing(apex, `<IsTruncated>true</IsTruncated><NextRecordName>a.example.com.</NextRecordName><NextRecordType>A</NextRecordType>`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.Header().Set("Content-Type", "text/xml")
+				io.WriteString(w, answer)
+			}))
+			t.Cleanup(srv.Close)
+			p, err := route53.New(context.Background(), route53.Options{
+				Name: "route53", Endpoint: srv.URL, AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, RateLimit: 1000, RateWindow: time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			got, err := p.ListRecords(ctx, providers.Zone{Name: "example.com", ID: "Z1"})
+			if err == nil || ctx.Err() != nil {
+				t.Fatalf("listed %d records (error %v, after %d requests)", len(got), err, requests.Load())
+			}
+			if providers.IsPermanent(err) {
+				t.Errorf("%v is permanent; an answer to try again", err)
+			}
+			if n := requests.Load(); n > 2 {
+				t.Errorf("%d requests for one listing: %v", n, err)
+			}
+		})
+	}
+	// The check costs nothing to a whole zone: a listing with its SOA is read as it is.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/xml")
+		io.WriteString(w, listing(apex+a, `<IsTruncated>false</IsTruncated>`))
+	}))
+	t.Cleanup(srv.Close)
+	p, err := route53.New(context.Background(), route53.Options{Name: "route53", Endpoint: srv.URL, AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.ListRecords(context.Background(), providers.Zone{Name: "example.com", ID: "Z1"}); err != nil || len(got) != 2 {
+		t.Errorf("a whole zone: %v, %v", got, err)
+	}
+}
