@@ -91,6 +91,12 @@ const (
 	foldXForwarded_ = "x-forwarded-"
 )
 
+// clientIPNames are the client-address headers CDNs set and frameworks read as the
+// client's address (Cloudflare's, the edge in front of the proxy most of the time,
+// Fastly's, and the ones request-ip libraries try): from a peer that is not a trusted
+// proxy, each is the client's own claim.
+var clientIPNames = []string{"cf-connecting-ip", "cf-connecting-ipv6", "fastly-client-ip", "x-client-ip", "x-cluster-client-ip"}
+
 // dropTrustedHeaders deletes every request header whose folded name is one the
 // proxy sets or the backend trusts. From a trusted proxy, the forwarding headers in
 // their standard spelling stay (the proxy extends them); the tenant never does.
@@ -125,12 +131,20 @@ func trustedName(name []byte) bool {
 		return false
 	}
 	switch name[0] | 0x20 {
-	case 'x', 't', 'f':
+	case 'x', 't', 'f', 'c':
 	default:
 		return false
 	}
-	return foldEqual(name, foldTenant) || foldEqual(name, foldRealIP) || foldEqual(name, foldTrueClient) ||
-		foldEqual(name, foldForwarded) || (len(name) > len(foldXForwarded_) && foldEqual(name[:len(foldXForwarded_)], foldXForwarded_))
+	if foldEqual(name, foldTenant) || foldEqual(name, foldRealIP) || foldEqual(name, foldTrueClient) ||
+		foldEqual(name, foldForwarded) || (len(name) > len(foldXForwarded_) && foldEqual(name[:len(foldXForwarded_)], foldXForwarded_)) {
+		return true
+	}
+	for _, n := range clientIPNames {
+		if foldEqual(name, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // keepFromTrustedProxy: the forwarding headers a trusted proxy sets, spelled as

@@ -55,8 +55,8 @@ type Options struct {
 	MaxConns      int
 	MaxConnsPerIP int
 	// TrustedProxies are the peers whose forwarding headers (X-Forwarded-*,
-	// Forwarded, X-Real-IP, True-Client-IP) are kept and extended; anyone else's are
-	// replaced.
+	// Forwarded, X-Real-IP, True-Client-IP, CF-Connecting-IP and the like) are kept
+	// and extended; anyone else's are replaced or dropped.
 	TrustedProxies []netip.Prefix
 	// ShutdownDelay: once the proxy is told to stop, it keeps accepting connections
 	// this long, answering with Connection: close and failing its readiness, so that
