@@ -342,7 +342,7 @@ func (r *TenantRouteReconciler) reportActiveEdge(route *v1.TenantRoute, plan *ro
 	switch {
 	case plan.reason == v1.ReasonPinnedEdgeMissing:
 		set(v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinnedEdgeMissing,
-			fmt.Sprintf("failover.pinnedEdge %s does not exist: traffic stays on %s", route.Spec.Failover.PinnedEdge, plan.active))
+			fmt.Sprintf("failover.pinnedEdge %s does not exist: traffic is on %s", route.Spec.Failover.PinnedEdge, plan.active))
 	case plan.reason == v1.ReasonPinned:
 		message := "failover.mode is Manual: traffic stays on " + plan.active
 		if reason := route.Spec.Failover.Reason; reason != "" {

@@ -499,17 +499,23 @@ func metricValue(t *testing.T, name string, labels map[string]string) float64 {
 // Deleting an EdgeProvider deletes the records the operator wrote in its zones before
 // it goes (a record left pointing at a decommissioned edge can be taken over), leaves
 // records it does not own, and moves the routes to the other edge; its TenantRoutes
-// report it. With the Orphan policy, the records stay.
+// report it, a route pinned to it (Manual) too. With the Orphan policy, the records
+// stay.
 func TestDeletingAnEdgeProviderDeletesItsRecords(t *testing.T) {
 	o := newOperator(t, "epdelete")
 	if _, err := o.cf.AddRecord(o.cfZone, cfemulator.Record{Name: "foreign.auth.example.com", Type: "A", Content: "203.0.113.9", TTL: 300}); err != nil {
 		t.Fatal(err)
 	}
 	o.start()
-	hosts := []string{"epd-a.auth.example.com", "epd-b.auth.example.com"}
+	hosts := []string{"epd-a.auth.example.com", "epd-b.auth.example.com", "epd-c.auth.example.com"}
 	o.create(o.route("a", hosts[0]))
 	o.create(o.route("b", hosts[1]))
-	o.waitReady("a", "b")
+	// Pinned to the edge that goes: its records must move too, not stay pointing at a
+	// decommissioned edge.
+	pinned := o.route("c", hosts[2])
+	pinned.Spec.Failover = &v1.FailoverPolicy{Mode: v1.FailoverManual, PinnedEdge: o.cfEdge}
+	o.create(pinned)
+	o.waitReady("a", "b", "c")
 	if err := o.pointAt(onCloudflare, hosts...); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,8 @@ func EdgeHealth(ep *v1.EdgeProvider) edge.State {
 // edge in spec.edges that exists and is not unhealthy (unknown health counts as
 // healthy: a new edge is trusted until its probes say otherwise). When every existing
 // edge is unhealthy, the current active edge stays (fail static): the operator never
-// moves or blanks records because its own probes fail. Manual: the pinned edge.
+// moves or blanks records because its own probes fail. Manual: the pinned edge; while
+// it does not exist, the current one, or once that is deleted too, the first that exists.
 // edges holds the EdgeProviders that exist, by name; health tells an edge's health.
 func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health func(*v1.EdgeProvider) edge.State) (active, reason string) {
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
@@ -34,6 +35,16 @@ func ActiveEdge(route *v1.TenantRoute, edges map[string]*v1.EdgeProvider, health
 		}
 		if _, ok := edges[route.Status.ActiveEdge]; ok {
 			return route.Status.ActiveEdge, v1.ReasonPinnedEdgeMissing
+		}
+		if route.Status.ActiveEdge == "" {
+			return "", v1.ReasonNoEdge // nothing written yet: nothing to move
+		}
+		// The edge the records point at was deleted: left there, they point at a
+		// decommissioned edge, which whoever gets its name or address next could serve.
+		for _, name := range route.Spec.Edges {
+			if _, ok := edges[name]; ok {
+				return name, v1.ReasonPinnedEdgeMissing
+			}
 		}
 		return "", v1.ReasonNoEdge
 	}

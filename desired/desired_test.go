@@ -46,6 +46,9 @@ func TestActiveEdge(t *testing.T) {
 		{"manual pin ignores health", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up, "aws": down}, "cf", "aws", "aws", v1.ReasonPinned},
 		{"manual pin to a missing edge keeps the current one", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "cf", "aws", "cf", v1.ReasonPinnedEdgeMissing},
 		{"manual pin to a missing edge, nothing current", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "", "aws", "", v1.ReasonNoEdge},
+		// Pinned to aws, which is deleted: its records must not stay pointing at it.
+		{"manual pin to a missing edge, the current one deleted", []string{"cf", "aws"}, map[string]metav1.ConditionStatus{"cf": up}, "aws", "aws", "cf", v1.ReasonPinnedEdgeMissing},
+		{"manual pin to a missing edge, no edge left", []string{"cf", "aws"}, nil, "aws", "aws", "", v1.ReasonNoEdge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -29,7 +29,7 @@ const (
 	ReasonFailedOver        = "FailedOver"         // a later edge: those before it are unhealthy or missing
 	ReasonFailedBack        = "FailedBack"         // (event) traffic is back on the preferred edge
 	ReasonPinned            = "Pinned"             // Manual mode
-	ReasonPinnedEdgeMissing = "PinnedEdgeNotFound" // Manual mode names no EdgeProvider: the current edge stays
+	ReasonPinnedEdgeMissing = "PinnedEdgeNotFound" // Manual mode names no EdgeProvider: the current edge stays (the first existing one once it is gone)
 	ReasonFailStatic        = "FailStatic"         // no edge is healthy: the current one stays
 	ReasonNoEdge            = "NoEdgeFound"        // none of spec.edges exists
 	ReasonActiveEdgeChanged = "ActiveEdgeChanged"  // (event) moved for another reason: spec edited, pin
