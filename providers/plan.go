@@ -3,6 +3,7 @@ package providers
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // Plan is what it takes to turn the current records into the desired ones for one owner.
@@ -86,11 +87,14 @@ func MakePlan(current, desired []Record, owner string) Plan {
 }
 
 // clashing returns the records that cannot coexist with a record of type typ at the
-// same name: one of the same type, or any record when either side is a CNAME.
+// same name: one of the same type, or any record when either side is a CNAME. A
+// routing-policy set, listed as "<type>/<set identifier>" (Route53), clashes as its
+// type does.
 func clashing(atName []Record, typ string) []Record {
 	var clash []Record
 	for _, r := range atName {
-		if r.Type == typ || r.Type == TypeCNAME || typ == TypeCNAME {
+		t, _, _ := strings.Cut(r.Type, "/")
+		if t == typ || t == TypeCNAME || typ == TypeCNAME {
 			clash = append(clash, r)
 		}
 	}

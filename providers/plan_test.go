@@ -49,6 +49,15 @@ func TestMakePlan(t *testing.T) {
 			desired: []Record{withTTL(a, 300)}, conflicts: []string{"acme.example.com A"}},
 		{name: "duplicate desired key", desired: []Record{a, withTTL(a, 300)},
 			want: []string{"Create acme.example.com A"}, conflicts: []string{"acme.example.com A"}},
+		// Route53 keeps a routing-policy set apart as "A/<set identifier>": it holds the
+		// name against a plain A as much as a plain A does (Route53 refuses both side by
+		// side), and was taken for another type, the create then refused at every resync.
+		{name: "foreign weighted A conflicts", current: []Record{rec(a.Name, TypeA+"/primary", 60, "", "203.0.113.9")},
+			desired: []Record{a}, conflicts: []string{"acme.example.com A"}},
+		{name: "foreign failover CNAME conflicts with A", current: []Record{rec(a.Name, TypeCNAME+"/secondary", 60, "", "x.example.net")},
+			desired: []Record{a}, conflicts: []string{"acme.example.com A"}},
+		{name: "foreign weighted TXT beside an A is fine", current: []Record{rec(a.Name, TypeTXT+"/w1", 300, "", "v=1")},
+			desired: []Record{a}, want: []string{"Create acme.example.com A"}},
 		{name: "foreign records elsewhere untouched", current: []Record{rec("www.example.com", TypeA, 60, "", "192.0.2.7")},
 			desired: []Record{a}, want: []string{"Create acme.example.com A"}},
 	}
