@@ -90,6 +90,12 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 	}
 	for _, q := range queues {
 		records, err := acct.Provider.ListRecords(ctx, q.Zone())
+		if err != nil && providers.IsPermanent(err) {
+			// A zone gone at the provider, or credentials revoked: no retry changes
+			// that, and the deletion says so rather than retrying in silence.
+			return 0, fmt.Sprintf("zone %s cannot be listed: %s; the annotation %s: %s leaves the records in place",
+				q.Zone().Name, errorSummary(err), v1.DeletionPolicyAnnotation, v1.DeletionPolicyOrphan), nil
+		}
 		if err != nil {
 			return 0, "", fmt.Errorf("listing zone %s: %w", q.Zone().Name, err)
 		}

@@ -607,6 +607,32 @@ func TestDeletionCompletesAfterTheTimeoutWhenAZoneIsGone(t *testing.T) {
 	}
 }
 
+// An EdgeProvider whose zone is gone at the provider (or whose credentials were
+// revoked) cannot have its records deleted, and no retry will change that: its
+// deletion says so once, with the way out, rather than retrying in silence forever.
+func TestAnEdgeProviderWhoseZoneIsGoneSaysWhyItCannotBeDeleted(t *testing.T) {
+	o := newOperator(t, "epzonegone")
+	o.zoneResync = 2 * time.Second // the cached listing is dropped at each resync
+	o.start()
+	o.create(o.route("r", "zg.auth.example.com"))
+	o.waitReady("r")
+	o.cf.RemoveZone(o.cfZone)
+	time.Sleep(3 * time.Second) // a resync: the zone is read from the provider again
+	ep := &v1.EdgeProvider{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, ep); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() error {
+		return expectEvent(ep, "EdgeProvider", v1.ReasonDeletionBlocked, v1.DeletionPolicyOrphan)
+	})
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: o.cfEdge}, &v1.EdgeProvider{}); err != nil {
+		t.Errorf("the EdgeProvider went without its records deleted: %v", err)
+	}
+}
+
 // addZone adds a zone to both providers and both EdgeProviders, and returns its ids.
 func (o *operator) addZone(name string) (cf, r53 string) {
 	o.t.Helper()
