@@ -252,6 +252,22 @@ func (a *Accounts) all() []*Account {
 	return nil
 }
 
+// zoneHolder returns the EdgeProvider, other than edge, whose account has a queue for
+// the zone of this provider id, or "".
+func (a *Accounts) zoneHolder(id, edge string) string {
+	for _, acct := range a.all() {
+		if acct.Edge == edge {
+			continue
+		}
+		for _, q := range acct.queueList() {
+			if q.Zone().ID == id {
+				return acct.Edge
+			}
+		}
+	}
+	return ""
+}
+
 // relist replaces the slice all returns; a.mu is held for writing.
 func (a *Accounts) relist() {
 	list := make([]*Account, 0, len(a.byEdge))

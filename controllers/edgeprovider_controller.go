@@ -81,6 +81,9 @@ type EdgeProviderReconciler struct {
 	// v1.ZoneStatus), kept while the zone does not resolve.
 	unreadable requests
 	zonesSeen  sync.Map
+	// conflicts are the zones an EdgeProvider names that another one manages
+	// (edge/zone -> the other's name): its deletion has nothing of its own there.
+	conflicts sync.Map
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
@@ -165,7 +168,7 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		// Route53 list pages.
 		acct = newAccount(ep.Name, fingerprint, providers.NewCached(p, 2*r.ZoneResync))
 	}
-	var missing, unreachable []string
+	var missing, unreachable, conflicting []string
 	var rejected error
 	resolvedNow := 0
 	var wanted []providers.Zone
@@ -177,8 +180,20 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	resolved, errs := acct.Provider.ResolveZones(ctx, wanted)
 	for i, zone := range resolved {
 		z, err := wanted[i], errs[i]
+		holder := ""
+		if err == nil {
+			holder = r.Accounts.zoneHolder(zone.ID, ep.Name)
+		}
 		switch {
+		case holder != "":
+			// One EdgeProvider per zone: the records carry the installation's marker,
+			// not the EdgeProvider's, so the other's deletion (or its removal of a
+			// route's edge) would delete what this one keeps, and the routes would
+			// still read Ready from this one's listing.
+			conflicting = append(conflicting, fmt.Sprintf("%s (managed by EdgeProvider %s)", z.Name, holder))
+			r.conflicts.Store(ep.Name+"/"+z.Name, holder)
 		case err == nil:
+			r.conflicts.Delete(ep.Name + "/" + z.Name)
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
@@ -288,6 +303,11 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionUnknown, v1.ReasonProviderUnreachable,
 			"could not reach the provider to resolve zones: "+zoneList(unreachable))
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	case len(conflicting) > 0:
+		// Looked at again shortly: the zone is this one's once the other is gone.
+		r.setCondition(ep, v1.ConditionZonesReady, metav1.ConditionFalse, v1.ReasonZoneConflict,
+			"zones another EdgeProvider manages, left alone until it is deleted: "+zoneList(conflicting))
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	case len(missing) > 0:
 		msg := "zones not found at the provider: " + zoneList(missing)
 		if len(unreadable) > 0 {
@@ -323,12 +343,14 @@ func (r *EdgeProviderReconciler) wakeOnReadable(edge, zone string) func(error) {
 // forgetZones drops what the reconciles found of an EdgeProvider's zones, those that
 // drop says (all when nil).
 func (r *EdgeProviderReconciler) forgetZones(edge string, drop func(key string) bool) {
-	r.zonesSeen.Range(func(key, _ any) bool {
-		if k := key.(string); strings.HasPrefix(k, edge+"/") && (drop == nil || drop(k)) {
-			r.zonesSeen.Delete(key)
-		}
-		return true
-	})
+	for _, m := range []*sync.Map{&r.zonesSeen, &r.conflicts} {
+		m.Range(func(key, _ any) bool {
+			if k := key.(string); strings.HasPrefix(k, edge+"/") && (drop == nil || drop(k)) {
+				m.Delete(key)
+			}
+			return true
+		})
+	}
 }
 
 // zonesNamed is how many zones a condition's message names; status.zones has them all.

@@ -83,6 +83,9 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 	}
 	queues := acct.Queues()
 	for _, z := range ep.Spec.Zones {
+		if _, other := r.conflicts.Load(ep.Name + "/" + z.Name); queues[z.Name] == nil && other {
+			continue // another EdgeProvider manages it: nothing there is this one's
+		}
 		if queues[z.Name] == nil {
 			return 0, fmt.Sprintf("zone %s is not resolved, its records cannot be deleted; the annotation %s: %s leaves them in place",
 				z.Name, v1.DeletionPolicyAnnotation, v1.DeletionPolicyOrphan), nil

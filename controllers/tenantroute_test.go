@@ -633,6 +633,64 @@ func TestAnEdgeProviderWhoseZoneIsGoneSaysWhyItCannotBeDeleted(t *testing.T) {
 	}
 }
 
+// One EdgeProvider per zone. Records carry the installation's marker, not the
+// EdgeProvider's: a second EdgeProvider on the same zone (the only way to rename one,
+// or to give it a new token) deleted, with itself, every record the first one kept
+// there, and the routes still read Ready from the first one's listing. The second
+// now leaves the zone alone, says so, and goes without touching it; once the first is
+// gone (with the Orphan policy, its records kept), the second takes the zone over.
+func TestOneEdgeProviderPerZone(t *testing.T) {
+	o := newOperator(t, "samezone")
+	o.start()
+	ctx := context.Background()
+	const host = "same.auth.example.com"
+	o.create(o.route("r", host))
+	o.waitReady("r")
+	kept := o.cfRecords()[host]
+	zonesReady := func(name string, status metav1.ConditionStatus, reason string) func() error {
+		return func() error {
+			ep := &v1.EdgeProvider{}
+			if err := k8s.Get(ctx, client.ObjectKey{Name: name}, ep); err != nil {
+				return err
+			}
+			return expectCondition(ep.Status.Conditions, v1.ConditionZonesReady, status, reason)
+		}
+	}
+	second := o.cloudflareEdge()
+	second.Name = "cf2-samezone"
+	o.create(second)
+	eventually(t, 15*time.Second, zonesReady(second.Name, metav1.ConditionFalse, v1.ReasonZoneConflict))
+	if err := k8s.Delete(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(second), &v1.EdgeProvider{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the second EdgeProvider is still there (%v)", err)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	if got := o.cfRecords()[host]; !slices.Equal(got, kept) {
+		t.Fatalf("deleting the second EdgeProvider on the zone left %v of the first one's record %v", got, kept)
+	}
+
+	third := o.cloudflareEdge()
+	third.Name = "cf3-samezone"
+	o.create(third)
+	eventually(t, 15*time.Second, zonesReady(third.Name, metav1.ConditionFalse, v1.ReasonZoneConflict))
+	first := &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.cfEdge}}
+	edit(t, first, func(ep *v1.EdgeProvider) {
+		ep.Annotations = map[string]string{v1.DeletionPolicyAnnotation: v1.DeletionPolicyOrphan}
+	})
+	if err := k8s.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, zonesReady(third.Name, metav1.ConditionTrue, v1.ReasonZonesResolved))
+	if got := o.cfRecords()[host]; !slices.Equal(got, kept) {
+		t.Errorf("after the takeover the zone holds %v, want the record kept (%v)", got, kept)
+	}
+}
+
 // addZone adds a zone to both providers and both EdgeProviders, and returns its ids.
 func (o *operator) addZone(name string) (cf, r53 string) {
 	o.t.Helper()

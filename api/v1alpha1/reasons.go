@@ -59,6 +59,7 @@ const (
 	ReasonZonesResolved       = "ZonesResolved"
 	ReasonZoneNotFound        = "ZoneNotFound"
 	ReasonZoneUnreadable      = "ZoneUnreadable" // a resolved zone's records cannot be listed
+	ReasonZoneConflict        = "ZoneConflict"   // another EdgeProvider of this installation manages the zone
 	ReasonProviderUnreachable = "ProviderUnreachable"
 )
 
