@@ -53,11 +53,14 @@ type TenantRouteSpec struct {
 	// in their xn-- punycode form), wildcards not supported. A hostname inside a zone of
 	// one of the edges gets records; any other hostname is a custom domain, routed by
 	// the proxy, for which status.customDomains tells the CNAME the tenant must create.
+	// At most 230 characters: the names the operator derives from a hostname (the
+	// Route53 ownership record "_tenantroute-<type>.<hostname>", a custom domain's
+	// challenge "_tenantroute-challenge.<hostname>") must fit DNS's 253.
 	// +required
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=100
-	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:MaxLength=230
 	// +kubebuilder:validation:XValidation:rule="self.all(h, h.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?[.])+[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'))",messageExpression="'spec.hostnames: \"' + self.filter(h, !h.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?[.])+[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'))[0] + '\" is not a lowercase RFC 1123 DNS name with at least two labels (labels of 1-63 letters, digits and hyphens; no wildcards, no trailing dot)'"
 	Hostnames []string `json:"hostnames"`
 
