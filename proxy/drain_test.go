@@ -245,7 +245,10 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 		io.WriteString(w, "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
 		return true
 	})
-	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{rec.URL}}}}
+	src := &fakeLayer{name: "source", routes: map[string]Route{
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{rec.URL}},
+		"down.example.com": {Tenant: "down", Region: "ap", Backends: []string{"http://127.0.0.1:1"}},
+	}}
 	p := New(NewChain(ChainOptions{}, src), Options{ShutdownDelay: 3 * time.Second})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -262,10 +265,10 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(conn)
+	br, host := bufio.NewReader(conn), "acme.example.com"
 	ask := func(path string) *http.Response {
 		t.Helper()
-		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
@@ -285,5 +288,16 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 	}
 	if resp := ask("/draining"); resp.StatusCode != 200 || !resp.Close {
 		t.Errorf("a proxied answer while draining: status %d, Connection: close %t; want 200 with Connection: close", resp.StatusCode, resp.Close)
+	}
+	// An error answer after a failed exchange too (the response is reset for it).
+	conn2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	_ = conn2.SetDeadline(time.Now().Add(5 * time.Second))
+	conn, br, host = conn2, bufio.NewReader(conn2), "down.example.com"
+	if resp := ask("/backend-gone"); resp.StatusCode < 500 || !resp.Close {
+		t.Errorf("an error answer while draining: status %d, Connection: close %t; want a 5xx with Connection: close", resp.StatusCode, resp.Close)
 	}
 }

@@ -58,8 +58,11 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	defer hostBufs.Put(bufp)
 	req := &ctx.Request
 	if p.draining.Load() {
-		// Shutting down: this client's next request goes to another replica.
+		// Shutting down: this client's next request goes to another replica. Said
+		// again once the answer is made: a backend's answer, and an error answer
+		// after a failed exchange (Response.Reset), replace the header that says so.
 		ctx.SetConnectionClose()
+		defer ctx.SetConnectionClose()
 	}
 	// The header is in: a body is bounded between reads from now on, not by the
 	// header's deadline.
@@ -130,10 +133,8 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		if err == nil {
 			u.downUntil.Store(0)
 			stripHopByHop(&ctx.Response.Header)
-			// The backend's answer replaced the response header, and with it the close
-			// a drain asked for above.
-			if (body != nil && !body.eof) || p.draining.Load() {
-				ctx.SetConnectionClose() // or answered before the whole body was read
+			if body != nil && !body.eof {
+				ctx.SetConnectionClose() // answered before the whole body was read
 			}
 			if !req.Header.IsHTTP11() && ctx.Response.IsBodyStream() && ctx.Response.Header.ContentLength() < 0 {
 				p.streamToHTTP10(ctx)

@@ -93,9 +93,11 @@ const (
 
 // clientIPNames are the client-address headers CDNs set and frameworks read as the
 // client's address (Cloudflare's, the edge in front of the proxy most of the time,
-// Fastly's, and the ones request-ip libraries try): from a peer that is not a trusted
-// proxy, each is the client's own claim.
-var clientIPNames = []string{"cf-connecting-ip", "cf-connecting-ipv6", "fastly-client-ip", "x-client-ip", "x-cluster-client-ip"}
+// Fastly's, CloudFront's, Fly's, Azure Front Door's, Rails' Client-IP and the ones
+// request-ip libraries try): from a peer that is not a trusted proxy, each is the
+// client's own claim.
+var clientIPNames = []string{"cf-connecting-ip", "cf-connecting-ipv6", "fastly-client-ip", "x-client-ip", "x-cluster-client-ip",
+	"client-ip", "cloudfront-viewer-address", "fly-client-ip", "x-azure-clientip"}
 
 // dropTrustedHeaders deletes every request header whose folded name is one the
 // proxy sets or the backend trusts. From a trusted proxy, the forwarding headers in

@@ -584,7 +584,8 @@ func TestHostileForgedHeaderSpellings(t *testing.T) {
 	forged := []string{"X_Tenant_ID", "x_tenant_id", "X-Tenant_Id", "X_TENANT-ID", "X-Real-IP", "x_real_ip",
 		"True-Client-IP", "True_Client_IP", "X_Forwarded_For", "X-Forwarded-Port", "X_Forwarded_Proto",
 		"X-Forwarded-Prefix", "Forwarded", "X-Forwarded-Server", "CF-Connecting-IP", "Cf_Connecting_Ipv6",
-		"Fastly-Client-IP", "X-Client-IP", "X_Cluster_Client_IP"}
+		"Fastly-Client-IP", "X-Client-IP", "X_Cluster_Client_IP", "Client-IP", "CloudFront-Viewer-Address", "Fly-Client-IP",
+		"X-Azure-ClientIP"}
 	var req strings.Builder
 	req.WriteString("GET / HTTP/1.1\r\nHost: acme.example.com\r\n")
 	for _, name := range forged {
