@@ -109,16 +109,20 @@ func New(o Options) *Provider {
 	return &Provider{name: o.Name, records: dns.NewRecordService(opts...), zones: zones.NewZoneService(opts...), batchSize: o.BatchSize}
 }
 
-// noRetryWhenLimited hands a 429 back to the caller rather than to the SDK's retries.
-// The SDK sleeps out the Retry-After inside the 30 s it gives each attempt: Cloudflare
-// asks for up to the rest of its five-minute window, and the call then failed as a
-// network error that had lost the wait. The zone queue waits it out (RetryAfter) and
-// reports the zone as throttled meanwhile; the account's limiter holds every other
-// request for it too.
+// noRetryWhenLimited hands a 429 back to the caller rather than to the SDK's retries
+// when its Retry-After outlasts the attempt. The SDK sleeps out the Retry-After inside
+// the 30 s it gives each attempt: Cloudflare asks for up to the rest of its five-minute
+// window, and the call then failed as a network error that had lost the wait. The
+// zone queue waits it out (RetryAfter) and reports the zone as throttled meanwhile;
+// the account's limiter holds every other request for it too. A short one is still
+// slept out by the SDK, and the call goes on (a listing keeps the pages it read).
 func noRetryWhenLimited(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	resp, err := next(req)
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
-		resp.Header.Set("X-Should-Retry", "false") // read by the SDK's retry loop
+		deadline, ok := req.Context().Deadline()
+		if ok && time.Now().Add(providers.ParseRetryAfter(resp.Header)).After(deadline) {
+			resp.Header.Set("X-Should-Retry", "false") // read by the SDK's retry loop
+		}
 	}
 	return resp, err
 }

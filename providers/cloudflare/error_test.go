@@ -119,6 +119,24 @@ func TestALongRateLimitRefusalIsReturnedWithItsWait(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d requests reached the API during its refusal, want 1", n)
 	}
+
+	// A short wait is slept out within the call, which goes on.
+	var short atomic.Int64
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if short.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"success":false,"errors":[{"code":10000,"message":"Rate limited"}],"messages":[],"result":null}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"success":true,"errors":[],"messages":[],"result":[],"result_info":{"page":1,"per_page":5000,"count":0,"total_count":0,"total_pages":0}}`))
+	}))
+	t.Cleanup(srv2.Close)
+	p2 := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv2.URL + "/client/v4/"})
+	if _, err := p2.ListRecords(context.Background(), providers.Zone{Name: "example.com", ID: "zone1"}); err != nil {
+		t.Errorf("a 429 asking for 1 s failed the listing: %v", err)
+	}
 }
 
 // A listing is what plans are made against: a record missing from it is created
