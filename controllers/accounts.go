@@ -91,6 +91,10 @@ type Accounts struct {
 	// TenantRoutes waiting for it are reconciled.
 	ready func(edge string)
 
+	// conflicts are the zones an EdgeProvider names that another one manages
+	// (edge/zone -> the other's name): nothing there is this EdgeProvider's to wait for.
+	conflicts sync.Map
+
 	mu     sync.RWMutex
 	byEdge map[string]*Account
 	list   atomic.Pointer[[]*Account] // byEdge's values, replaced whole (see all)
@@ -264,6 +268,15 @@ func (a *Accounts) zoneHolder(id, edge string) string {
 				return acct.Edge
 			}
 		}
+	}
+	return ""
+}
+
+// conflict returns the EdgeProvider that manages the zone edge names, when it is
+// another one (see EdgeProviderReconciler.connect), or "".
+func (a *Accounts) conflict(edge, zone string) string {
+	if v, ok := a.conflicts.Load(edge + "/" + zone); ok {
+		return v.(string)
 	}
 	return ""
 }

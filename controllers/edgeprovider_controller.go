@@ -81,9 +81,6 @@ type EdgeProviderReconciler struct {
 	// v1.ZoneStatus), kept while the zone does not resolve.
 	unreadable requests
 	zonesSeen  sync.Map
-	// conflicts are the zones an EdgeProvider names that another one manages
-	// (edge/zone -> the other's name): its deletion has nothing of its own there.
-	conflicts sync.Map
 }
 
 // +kubebuilder:rbac:groups=routing.tenantroute.io,resources=edgeproviders,verbs=get;list;watch;update;patch
@@ -178,11 +175,17 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		}
 	}
 	resolved, errs := acct.Provider.ResolveZones(ctx, wanted)
+	claimed, err := r.zonesClaimed(ctx, ep)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	for i, zone := range resolved {
 		z, err := wanted[i], errs[i]
 		holder := ""
 		if err == nil {
-			holder = r.Accounts.zoneHolder(zone.ID, ep.Name)
+			if holder = r.Accounts.zoneHolder(zone.ID, ep.Name); holder == "" {
+				holder = claimed[zone.ID]
+			}
 		}
 		switch {
 		case holder != "":
@@ -191,9 +194,9 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 			// route's edge) would delete what this one keeps, and the routes would
 			// still read Ready from this one's listing.
 			conflicting = append(conflicting, fmt.Sprintf("%s (managed by EdgeProvider %s)", z.Name, holder))
-			r.conflicts.Store(ep.Name+"/"+z.Name, holder)
+			r.Accounts.conflicts.Store(ep.Name+"/"+z.Name, holder)
 		case err == nil:
-			r.conflicts.Delete(ep.Name + "/" + z.Name)
+			r.Accounts.conflicts.Delete(ep.Name + "/" + z.Name)
 			opts := r.QueueOptions
 			opts.Log = log.FromContext(ctx).WithName("zonequeue").WithValues("edge", ep.Name)
 			opts.Flushed = observeFlush(ep.Name)
@@ -324,6 +327,33 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 	return ctrl.Result{RequeueAfter: r.Revalidate}, nil
 }
 
+// zonesClaimed returns the zones (by provider id) that another EdgeProvider manages
+// before ep: its status lists them, and it came first (older, or as old and named
+// first). Read from the statuses, the rule is the same after a restart or a change of
+// leader, whichever EdgeProvider is reconciled first: held in memory alone, a
+// Terminating EdgeProvider reconciled first would take the zone and delete the other's
+// records with itself.
+func (r *EdgeProviderReconciler) zonesClaimed(ctx context.Context, ep *v1.EdgeProvider) (map[string]string, error) {
+	var all v1.EdgeProviderList
+	if err := r.List(ctx, &all); err != nil {
+		return nil, fmt.Errorf("listing EdgeProviders: %w", err)
+	}
+	claimed := map[string]string{}
+	for _, o := range all.Items {
+		first := o.CreationTimestamp.Before(&ep.CreationTimestamp) ||
+			(o.CreationTimestamp.Equal(&ep.CreationTimestamp) && o.Name < ep.Name)
+		if o.Name == ep.Name || !first {
+			continue
+		}
+		for _, z := range o.Status.Zones {
+			if z.ID != "" {
+				claimed[z.ID] = o.Name
+			}
+		}
+	}
+	return claimed, nil
+}
+
 // wakeOnReadable is a zone queue's Readable: it reconciles the EdgeProvider when the
 // zone cannot be listed, and when it can after the last reconcile said it could not
 // (an earlier failure, or the status of an account this one replaces or of a former
@@ -343,7 +373,7 @@ func (r *EdgeProviderReconciler) wakeOnReadable(edge, zone string) func(error) {
 // forgetZones drops what the reconciles found of an EdgeProvider's zones, those that
 // drop says (all when nil).
 func (r *EdgeProviderReconciler) forgetZones(edge string, drop func(key string) bool) {
-	for _, m := range []*sync.Map{&r.zonesSeen, &r.conflicts} {
+	for _, m := range []*sync.Map{&r.zonesSeen, &r.Accounts.conflicts} {
 		m.Range(func(key, _ any) bool {
 			if k := key.(string); strings.HasPrefix(k, edge+"/") && (drop == nil || drop(k)) {
 				m.Delete(key)

@@ -83,7 +83,7 @@ func (r *EdgeProviderReconciler) deleteRecords(ctx context.Context, ep *v1.EdgeP
 	}
 	queues := acct.Queues()
 	for _, z := range ep.Spec.Zones {
-		if _, other := r.conflicts.Load(ep.Name + "/" + z.Name); queues[z.Name] == nil && other {
+		if queues[z.Name] == nil && r.Accounts.conflict(ep.Name, z.Name) != "" {
 			continue // another EdgeProvider manages it: nothing there is this one's
 		}
 		if queues[z.Name] == nil {

@@ -200,15 +200,18 @@ func (r *TenantRouteReconciler) deleteRecords(ctx context.Context, route *v1.Ten
 		// A zone that holds one of the route's names but is not resolved yet may hold its
 		// records: wait for it rather than release the route and orphan them.
 		for _, h := range route.Spec.Hostnames {
-			if z, ok := desired.ZoneFor(ep, h); ok && queues[z.Name] == nil {
+			if z, ok := desired.ZoneFor(ep, h); ok && queues[z.Name] == nil && r.Accounts.conflict(edge, z.Name) == "" {
 				blocked = append(blocked, fmt.Sprintf("%s zone %s: not resolved yet", edge, z.Name))
 			}
 		}
 		for zone, q := range queues {
 			var out zonequeue.Outcome
-			if release {
+			if release && (ep.DeletionTimestamp.IsZero() || ep.Annotations[v1.DeletionPolicyAnnotation] == v1.DeletionPolicyOrphan) {
 				out = q.Release(owner)
 			} else {
+				// An EdgeProvider being deleted (without Orphan) deletes every record of
+				// this installation with itself: kept, they would point at an edge
+				// nobody runs, and a release here would undo its retraction.
 				out = q.Desire(owner, nil)
 			}
 			switch {

@@ -182,7 +182,8 @@ func (r *TenantRouteReconciler) declareRecords(route *v1.TenantRoute, owner stri
 			}
 			if ep, ok := edges[p.Edge]; ok {
 				for _, z := range ep.Spec.Zones {
-					if _, resolved := queues[z.Name]; !resolved {
+					// A zone another EdgeProvider manages holds nothing of this one's.
+					if _, resolved := queues[z.Name]; !resolved && r.Accounts.conflict(p.Edge, z.Name) == "" {
 						r.desire(s, z.Name, owner, nil, true) // waits for it
 					}
 				}

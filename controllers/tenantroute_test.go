@@ -660,6 +660,20 @@ func TestOneEdgeProviderPerZone(t *testing.T) {
 	second.Name = "cf2-samezone"
 	o.create(second)
 	eventually(t, 15*time.Second, zonesReady(second.Name, metav1.ConditionFalse, v1.ReasonZoneConflict))
+	// A route naming the second has nothing there to wait for when it goes.
+	other := o.route("s", "other.auth.example.com")
+	other.Spec.Edges = []string{second.Name, o.awsEdge}
+	o.create(other)
+	time.Sleep(2 * time.Second)
+	if err := k8s.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(other), &v1.TenantRoute{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the route naming the second EdgeProvider is still there (%v): %+v", err, o.get("s").Status.Conditions)
+		}
+		return nil
+	})
 	if err := k8s.Delete(ctx, second); err != nil {
 		t.Fatal(err)
 	}
