@@ -251,18 +251,26 @@ func TestManualPinIgnoresHealth(t *testing.T) {
 		t.Errorf("a pinned route moved: %v", err)
 	}
 
-	// The pinned EdgeProvider is deleted: nothing can be pointed at, so nothing is
-	// removed either — the Cloudflare record stays as it was.
+	// The pinned EdgeProvider is deleted, and with it the edge the records point at:
+	// left so, the Cloudflare record would point at an edge nobody runs, which whoever
+	// gets its name or address next could serve. The route goes to the first edge that
+	// exists, and says the pin names none.
 	if err := k8s.Delete(context.Background(), &v1.EdgeProvider{ObjectMeta: metav1.ObjectMeta{Name: o.awsEdge}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() error {
-		return expectCondition(o.get("r0").Status.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonProviderError)
+		got := o.get("r0").Status
+		if err := expectCondition(got.Conditions, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonProviderError); err != nil {
+			return err
+		}
+		if err := expectCondition(got.Conditions, v1.ConditionFailedOver, metav1.ConditionFalse, v1.ReasonPinnedEdgeMissing); err != nil {
+			return err
+		}
+		if rec := o.cfRecords()["a.auth.example.com"]; !slices.Equal(rec, []string{cfActive("a.auth.example.com")}) {
+			return fmt.Errorf("with the pinned edge gone, the Cloudflare record is %v", rec)
+		}
+		return nil
 	})
-	time.Sleep(3 * time.Second) // a deletion would follow within the coalescing window
-	if got := o.cfRecords()["a.auth.example.com"]; len(got) != 1 || got[0] != awsActive {
-		t.Errorf("with the pinned edge gone, the Cloudflare record became %v", got)
-	}
 }
 
 // One 403 from Cloudflare, met while the operator checks the credentials again (here
