@@ -175,9 +175,12 @@ func (r *EdgeProviderReconciler) connect(ctx context.Context, ep *v1.EdgeProvide
 		}
 	}
 	resolved, errs := acct.Provider.ResolveZones(ctx, wanted)
-	claimed, err := r.zonesClaimed(ctx, ep)
-	if err != nil {
-		return ctrl.Result{}, err
+	var claimed map[string]string
+	if len(wanted) > 0 {
+		var err error
+		if claimed, err = r.zonesClaimed(ctx, ep); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	for i, zone := range resolved {
 		z, err := wanted[i], errs[i]

@@ -64,6 +64,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s %s (%s): %s", e.Provider, e.Op, e.Kind, text)
 }
 
+// Incomplete is the transient error of an answer that cannot be the provider's whole
+// truth (a listing cut short, or one that never ends): code "incomplete".
+func Incomplete(provider, op, format string, args ...any) error {
+	return &Error{Provider: provider, Op: op, Kind: Transient, Code: "incomplete", Err: fmt.Errorf(format, args...)}
+}
+
 // Quote returns err with its text made once, within maxErrorText. The providers'
 // classify wrap the SDKs' errors in it: a zone's failed listing is the outcome of
 // every route with records there, and each formats it, so a 1 MB answer quoted at

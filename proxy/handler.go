@@ -58,10 +58,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	defer hostBufs.Put(bufp)
 	req := &ctx.Request
 	if p.draining.Load() {
-		// Shutting down: this client's next request goes to another replica. Said
-		// again once the answer is made: a backend's answer, and an error answer
-		// after a failed exchange (Response.Reset), replace the header that says so.
-		ctx.SetConnectionClose()
+		// Shutting down: this client's next request goes to another replica. Said once
+		// the answer is made: a backend's answer, and an error answer after a failed
+		// exchange (Response.Reset), replace the header set before.
 		defer ctx.SetConnectionClose()
 	}
 	// The header is in: a body is bounded between reads from now on, not by the

@@ -85,18 +85,16 @@ func remoteIP(ctx *fasthttp.RequestCtx) netip.Addr {
 // present X_Tenant_ID and X-Tenant-ID as one variable, so every spelling counts.
 const (
 	foldTenant      = "x-tenant-id"
-	foldRealIP      = "x-real-ip"
-	foldTrueClient  = "true-client-ip"
-	foldForwarded   = "forwarded"
 	foldXForwarded_ = "x-forwarded-"
 )
 
-// clientIPNames are the client-address headers CDNs set and frameworks read as the
-// client's address (Cloudflare's, the edge in front of the proxy most of the time,
-// Fastly's, CloudFront's, Fly's, Azure Front Door's, Rails' Client-IP and the ones
-// request-ip libraries try): from a peer that is not a trusted proxy, each is the
-// client's own claim.
-var clientIPNames = []string{"cf-connecting-ip", "cf-connecting-ipv6", "fastly-client-ip", "x-client-ip", "x-cluster-client-ip",
+// trustedNames are, besides the tenant and X-Forwarded-*, the client-address
+// headers proxies and CDNs set and frameworks read as the client's address (Cloudflare's,
+// the edge in front of the proxy most of the time, Fastly's, CloudFront's, Fly's,
+// Azure Front Door's, Rails' Client-IP and the ones request-ip libraries try): from a
+// peer that is not a trusted proxy, each is the client's own claim.
+var trustedNames = []string{foldTenant, "x-real-ip", "true-client-ip", "forwarded",
+	"cf-connecting-ip", "cf-connecting-ipv6", "fastly-client-ip", "x-client-ip", "x-cluster-client-ip",
 	"client-ip", "cloudfront-viewer-address", "fly-client-ip", "x-azure-clientip"}
 
 // dropTrustedHeaders deletes every request header whose folded name is one the
@@ -137,11 +135,10 @@ func trustedName(name []byte) bool {
 	default:
 		return false
 	}
-	if foldEqual(name, foldTenant) || foldEqual(name, foldRealIP) || foldEqual(name, foldTrueClient) ||
-		foldEqual(name, foldForwarded) || (len(name) > len(foldXForwarded_) && foldEqual(name[:len(foldXForwarded_)], foldXForwarded_)) {
+	if len(name) > len(foldXForwarded_) && foldEqual(name[:len(foldXForwarded_)], foldXForwarded_) {
 		return true
 	}
-	for _, n := range clientIPNames {
+	for _, n := range trustedNames {
 		if foldEqual(name, n) {
 			return true
 		}

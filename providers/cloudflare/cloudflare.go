@@ -206,11 +206,11 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 			return nil, p.classify(op, err)
 		}
 		if page.Success == nil || !*page.Success || page.Result == nil {
-			return nil, p.unsure(op, "page %d of zone %s: a 2xx answer without success and a result", n, zone.Name)
+			return nil, providers.Incomplete(p.name, op, "page %d of zone %s: a 2xx answer without success and a result", n, zone.Name)
 		}
 		if len(page.Result) > 0 {
 			if firsts[page.Result[0].ID] {
-				return nil, p.unsure(op, "page %d of zone %s repeats an earlier page", n, zone.Name)
+				return nil, providers.Incomplete(p.name, op, "page %d of zone %s repeats an earlier page", n, zone.Name)
 			}
 			firsts[page.Result[0].ID] = true
 		}
@@ -224,7 +224,7 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 		}
 	}
 	if total >= 0 && len(all) != total {
-		return nil, p.unsure(op, "zone %s: read %d records of the %d the API counted (the zone changed while it was listed)", zone.Name, len(all), total)
+		return nil, providers.Incomplete(p.name, op, "zone %s: read %d records of the %d the API counted (the zone changed while it was listed)", zone.Name, len(all), total)
 	}
 	return p.group(all), nil
 }
@@ -528,11 +528,6 @@ func (p *Provider) classify(op string, err error) error {
 
 func (p *Provider) permanent(op, format string, args ...any) error {
 	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Permanent, Code: "not_found", Err: fmt.Errorf(format, args...)}
-}
-
-// unsure is a transient error for an answer that cannot be the provider's whole truth.
-func (p *Provider) unsure(op, format string, args ...any) error {
-	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Code: "incomplete", Err: fmt.Errorf(format, args...)}
 }
 
 func (p *Provider) transient(op, format string, args ...any) error {

@@ -285,13 +285,13 @@ func (p *Provider) ListRecords(ctx context.Context, zone providers.Zone) ([]prov
 		}
 		next := aws.ToString(page.NextRecordName) + " " + string(page.NextRecordType) + " " + aws.ToString(page.NextRecordIdentifier)
 		if page.NextRecordName == nil || started[next] {
-			return nil, p.unsure(op, "page %d of zone %s is truncated but does not lead to a new page (next: %q)", n, zone.Name, next)
+			return nil, providers.Incomplete(p.name, op, "page %d of zone %s is truncated but does not lead to a new page (next: %q)", n, zone.Name, next)
 		}
 		started[next] = true
 		in.StartRecordName, in.StartRecordType, in.StartRecordIdentifier = page.NextRecordName, page.NextRecordType, page.NextRecordIdentifier
 	}
 	if !soa {
-		return nil, p.unsure(op, "the listing of zone %s (%d record sets) has no SOA at its apex: an answer that is not the whole zone", zone.Name, len(records))
+		return nil, providers.Incomplete(p.name, op, "the listing of zone %s (%d record sets) has no SOA at its apex: an answer that is not the whole zone", zone.Name, len(records))
 	}
 	for i := range records {
 		k := records[i].Key()
@@ -595,11 +595,6 @@ func (p *Provider) classify(op string, err error) error {
 	}
 	e.Err = providers.Quote(e.Err)
 	return e
-}
-
-// unsure is a transient error for an answer that cannot be the provider's whole truth.
-func (p *Provider) unsure(op, format string, args ...any) error {
-	return &providers.Error{Provider: p.name, Op: op, Kind: providers.Transient, Code: "incomplete", Err: fmt.Errorf(format, args...)}
 }
 
 func (p *Provider) permanent(op, format string, args ...any) error {

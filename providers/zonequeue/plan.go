@@ -1,7 +1,6 @@
 package zonequeue
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/tenantroute/tenantroute-operator/providers"
@@ -115,8 +114,5 @@ func (pl *planner) released(key string) []providers.Change {
 		kept.Owner, kept.ProviderIDs = "", nil
 		changes = append(changes, providers.Change{Action: providers.Update, Old: &old, New: &kept})
 	}
-	slices.SortFunc(changes, func(a, b providers.Change) int {
-		return cmp.Or(cmp.Compare(a.Name(), b.Name()), cmp.Compare(a.Type(), b.Type()))
-	})
 	return changes
 }

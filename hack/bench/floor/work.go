@@ -42,14 +42,19 @@ func newWork(hosts map[string]string) *work {
 	return w
 }
 
+// reader is the work's one reader, over b: fasthttp's parsers read from a bufio.Reader.
+func (w *work) reader(b []byte) *bufio.Reader {
+	w.rd.Reset(b)
+	w.br.Reset(&w.rd)
+	return w.br
+}
+
 // request returns the backend's request for the client's header, or false for a
 // request the proxy would refuse.
 func (w *work) request(header []byte, peer netip.Addr) ([]byte, bool) {
-	w.rd.Reset(header)
-	w.br.Reset(&w.rd)
 	h := &w.req
 	h.Reset()
-	if err := h.Read(w.br); err != nil {
+	if err := h.Read(w.reader(header)); err != nil {
 		return nil, false
 	}
 	tenant, ok := w.hosts[string(h.Host())]
@@ -86,11 +91,9 @@ func (w *work) request(header []byte, peer netip.Addr) ([]byte, bool) {
 
 // response returns the client's answer for the backend's header and body.
 func (w *work) response(header, body []byte) ([]byte, bool) {
-	w.rd.Reset(header)
-	w.br.Reset(&w.rd)
 	h := &w.resp
 	h.Reset()
-	if err := h.Read(w.br); err != nil {
+	if err := h.Read(w.reader(header)); err != nil {
 		return nil, false
 	}
 	stripHopByHop(h)
