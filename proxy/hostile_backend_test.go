@@ -93,6 +93,19 @@ func readReq(br *bufio.Reader) (*http.Request, error) {
 	return r, err
 }
 
+// readHeader reads a request's header, and tells whether it was all there.
+func readHeader(br *bufio.Reader) bool {
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return false
+		}
+		if line == "\r\n" {
+			return true
+		}
+	}
+}
+
 // Trailers of a chunked request are headers the proxy never saw: none reaches the
 // backend, so X-Tenant-ID cannot come that way.
 func TestBackendNeverSeesRequestTrailers(t *testing.T) {
@@ -254,14 +267,8 @@ func TestBackendAnswerBeforeTheBodyIsRelayed(t *testing.T) {
 // and arrives with the answer, which is still the client's. Every try must get it.
 func TestEarlyAnswerThenResetReachesTheClient(t *testing.T) {
 	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			if line == "\r\n" {
-				break
-			}
+		if !readHeader(br) {
+			return
 		}
 		fmt.Fprint(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 11\r\nConnection: close\r\n\r\nlogin first")
 		_ = c.(teeConn).Conn.(*net.TCPConn).SetLinger(0) // close with a reset
@@ -443,5 +450,36 @@ func TestUploadAnsweredAsItEndsLeavesConnectionsUsable(t *testing.T) {
 	}
 	if failed > 0 {
 		t.Errorf("%d of %d uploads failed", failed, uploads)
+	}
+}
+
+// A backend that fails while a client is still uploading (it crashed, or its
+// connection was reset) failed the request: that is a 502, as for any other request,
+// not a 400 that blames the client. The proxy stops reading the client's body to
+// answer, and that stop must not be taken for the client's failure.
+func TestBackendFailingDuringAnUploadIsABadGateway(t *testing.T) {
+	for _, reset := range []bool{true, false} {
+		b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+			if !readHeader(br) {
+				return
+			}
+			_, _ = io.ReadFull(br, make([]byte, 1024)) // some of the body, then gone
+			if reset {
+				_ = c.(teeConn).Conn.(*net.TCPConn).SetLinger(0)
+			}
+		})
+		tp := rawProxy(t, Options{}, b.URL)
+		// The client sends 64 KiB of a 1 MiB body and waits, as a slow upload does.
+		conn, br := exchange(t, tp, "POST /upload HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 1048576\r\n\r\n"+
+			strings.Repeat("x", 64<<10))
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, _ := readResponse(t, br, "POST")
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("backend gone (reset %v) during an upload: %d, want 502", reset, resp.StatusCode)
+		}
+		if !resp.Close {
+			t.Errorf("backend gone (reset %v): the answer keeps a connection whose body was not read", reset)
+		}
+		conn.Close()
 	}
 }

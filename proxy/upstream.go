@@ -180,6 +180,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 	early := false
 	if sent != nil {
 		var sendErr error
+		stopped := false
 		select {
 		case sendErr = <-sent:
 		default:
@@ -187,6 +188,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 			// sender may be waiting on the client or on the backend.
 			_ = conn.SetWriteDeadline(time.Now())
 			stopClient()
+			stopped = true
 			if sendErr = <-sent; sendErr == nil {
 				// The last byte went out as the answer came in: nothing was cut short,
 				// and the connection goes back to the pool with no deadline of the past
@@ -200,6 +202,10 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		case sendErr == nil:
 		case err == nil:
 			early = true // a whole answer, although the body did not all go out
+		case stopped && !errors.Is(body.err, fasthttp.ErrBodyTooLarge):
+			// The backend failed first (err, below), and the sender failed only because
+			// the stop above cut it off, in a read of the client or a write to the
+			// backend: the backend's failure, neither the client's nor a timeout.
 		default:
 			u.p.putReader(br, r)
 			release(false)
