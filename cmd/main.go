@@ -199,11 +199,7 @@ func runAll(ctx context.Context, c config) error {
 		if err := registerProxyMetrics(metrics.Registry); err != nil {
 			return err
 		}
-		layers := []proxy.Layer{source}
-		if kv != nil {
-			layers = []proxy.Layer{*kv, source}
-		}
-		chain := proxy.NewChain(c.chain, layers...)
+		chain := proxy.NewChain(c.chain, lookupLayers(source, kv, true)...)
 		if err := routes.OnGrantChange(context.Background(), mgr.GetCache(), chain.Invalidate); err != nil {
 			return err
 		}
@@ -245,15 +241,12 @@ func runProxy(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	layers := []proxy.Layer{routes.HTTPSource{BaseURL: c.lookupURL, Token: token, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}}
 	kv, err := c.shared.kv()
 	if err != nil {
 		return err
 	}
-	if kv != nil {
-		layers = append([]proxy.Layer{*kv}, layers...)
-	}
-	chain := proxy.NewChain(c.chain, layers...)
+	source := routes.HTTPSource{BaseURL: c.lookupURL, Token: token, Client: &http.Client{Timeout: c.chain.LayerTimeout + time.Second}}
+	chain := proxy.NewChain(c.chain, lookupLayers(source, kv, false)...)
 	p := proxy.New(chain, c.upstream)
 	var book routes.CertBook
 	if kv != nil {
@@ -351,4 +344,18 @@ func defaultResolver() string {
 		return ""
 	}
 	return net.JoinHostPort(conf.Servers[0], conf.Port)
+}
+
+// lookupLayers orders the places a proxy looks routes up in, the source of truth last.
+// A standalone proxy asks Redis before the manager's lookup endpoint, which is remote
+// and shared by the fleet. The embedded proxy asks its own informer cache alone: it
+// answers in memory, and it is what the proxy's invalidations follow. With Redis ahead
+// of it, a hostname handed to another tenant was dropped from the proxy's cache, then
+// read back from Redis as the former tenant's (routekv rewrites it a moment later) and
+// served to that tenant for a whole cache TTL.
+func lookupLayers(source proxy.Layer, kv *routes.KV, embedded bool) []proxy.Layer {
+	if kv == nil || embedded {
+		return []proxy.Layer{source}
+	}
+	return []proxy.Layer{*kv, source}
 }
