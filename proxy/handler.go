@@ -111,7 +111,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	p.prepare(ctx, route)
 	var body *clientBody
 	if hasBody(&req.Header) {
-		body = &clientBody{r: req.BodyStream(), header: &req.Header, left: int64(p.opts.MaxRequestBodyBytes)}
+		body = &clientBody{r: req.BodyStream(), header: &req.Header, left: int64(p.opts.MaxRequestBodyBytes), last: ctx.Time()}
 		req.SetBodyStream(body, req.Header.ContentLength())
 	}
 	stopClient := func() { _ = ctx.SetReadDeadline(time.Now()) }
@@ -320,9 +320,22 @@ type clientBody struct {
 	r      io.Reader
 	header *fasthttp.RequestHeader
 	left   int64
-	err    error // the client's failure, ErrBodyTooLarge included
-	held   error // returned on the next read
-	eof    bool  // read to its end
+	err    error     // the client's failure, ErrBodyTooLarge included
+	held   error     // returned on the next read
+	eof    bool      // read to its end
+	last   time.Time // when the client last sent some of it
+}
+
+// stallGrace is how long a client may have sent nothing of its body when the backend
+// gives up on it for the failure to be the client's: a backend that closes on a body
+// that stopped coming (its own read timeout) must not turn a stalled upload into a
+// 502, which the proxy's 5xx alert pages for.
+const stallGrace = time.Second
+
+// stalled tells, once the sender has stopped, whether it was waiting on a client that
+// had gone quiet: a body read that failed, and nothing received for stallGrace.
+func (b *clientBody) stalled() bool {
+	return b.err != nil && time.Since(b.last) >= stallGrace
 }
 
 // clientBodyError is a failure to read the client's body.
@@ -339,6 +352,9 @@ func (b *clientBody) Read(p []byte) (int, error) {
 		p = p[:b.left+1]
 	}
 	n, err := b.r.Read(p)
+	if n > 0 {
+		b.last = time.Now()
+	}
 	if b.left -= int64(n); b.left < 0 {
 		b.err, b.held = fasthttp.ErrBodyTooLarge, fasthttp.ErrBodyTooLarge
 		return 0, b.err

@@ -456,16 +456,32 @@ func TestUploadAnsweredAsItEndsLeavesConnectionsUsable(t *testing.T) {
 // A backend that fails while a client is still uploading (it crashed, or its
 // connection was reset) failed the request: that is a 502, as for any other request,
 // not a 400 that blames the client. The proxy stops reading the client's body to
-// answer, and that stop must not be taken for the client's failure.
+// answer, and that stop must not be taken for the client's failure. A backend that
+// gives up on a client that stopped sending (its own body timeout) is the client's
+// failure still, so that stalled uploads do not count as backend errors.
 func TestBackendFailingDuringAnUploadIsABadGateway(t *testing.T) {
-	for _, reset := range []bool{true, false} {
-		b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+	cases := []struct {
+		name  string
+		reset bool
+		after time.Duration // how long the backend waits once it has read what was sent
+		want  int
+	}{
+		{"backend reset", true, 0, http.StatusBadGateway},
+		{"backend closed", false, 0, http.StatusBadGateway},
+		{"backend gave up on a stalled client", false, 2 * stallGrace, http.StatusBadRequest},
+	}
+	for _, c := range cases {
+		b := newRawBackend(t, func(conn net.Conn, br *bufio.Reader, _ int64) {
 			if !readHeader(br) {
 				return
 			}
-			_, _ = io.ReadFull(br, make([]byte, 1024)) // some of the body, then gone
-			if reset {
-				_ = c.(teeConn).Conn.(*net.TCPConn).SetLinger(0)
+			// All that was sent (the proxy's sender then waits on the client), so that
+			// a close is a FIN, not a reset for unread data.
+			_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			_, _ = io.Copy(io.Discard, br)
+			time.Sleep(c.after)
+			if c.reset {
+				_ = conn.(teeConn).Conn.(*net.TCPConn).SetLinger(0)
 			}
 		})
 		tp := rawProxy(t, Options{}, b.URL)
@@ -474,11 +490,11 @@ func TestBackendFailingDuringAnUploadIsABadGateway(t *testing.T) {
 			strings.Repeat("x", 64<<10))
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		resp, _ := readResponse(t, br, "POST")
-		if resp.StatusCode != http.StatusBadGateway {
-			t.Errorf("backend gone (reset %v) during an upload: %d, want 502", reset, resp.StatusCode)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s during an upload: %d, want %d", c.name, resp.StatusCode, c.want)
 		}
 		if !resp.Close {
-			t.Errorf("backend gone (reset %v): the answer keeps a connection whose body was not read", reset)
+			t.Errorf("%s: the answer keeps a connection whose body was not read", c.name)
 		}
 		conn.Close()
 	}

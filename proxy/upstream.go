@@ -202,7 +202,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		case sendErr == nil:
 		case err == nil:
 			early = true // a whole answer, although the body did not all go out
-		case stopped && !errors.Is(body.err, fasthttp.ErrBodyTooLarge):
+		case stopped && !errors.Is(body.err, fasthttp.ErrBodyTooLarge) && !body.stalled():
 			// The backend failed first (err, below), and the sender failed only because
 			// the stop above cut it off, in a read of the client or a write to the
 			// backend: the backend's failure, neither the client's nor a timeout.
