@@ -242,7 +242,7 @@ spec:
   hostnames: [globex.auth.example.com]
   edges: [cloudflare, aws]
 YAML
-note "the proxy keeps routes in memory for 2 s here (30 s by default), so that step 8 shows Redis at work"
+note "the proxies keep routes in memory for 2 s here (30 s by default), so that step 8 shows Redis at work"
 note "the objects are config/samples pointed at the local endpoints, with 1 s health checks and a 5 s hold-down"
 show kubectl apply -f "${dir}/objects.yaml"
 
@@ -339,7 +339,7 @@ check "kubectl tenantroute plan -A finds no changes" 30 bash -c "kubectl tenantr
 show kubectl tenantroute plan -A
 
 # --- cache outage ------------------------------------------------------------------------
-say "8. Redis, the proxy's shared cache, dies: requests are still answered"
+say "8. Redis, the proxy fleet's shared cache, dies: requests are still answered"
 if [[ ${#redis_args[@]} -gt 0 ]]; then
   redis_pid=$(awk '$2 == "redis" {print $1}' "${dir}/pids")
   show kill -9 "${redis_pid}"
@@ -349,15 +349,15 @@ if [[ ${#redis_args[@]} -gt 0 ]]; then
   for i in $(seq 200); do
     host=acme.auth.example.com; region=eu-west
     (( i % 2 )) && { host=globex.auth.example.com; region=us-east; }
-    curl -sf -H "Host: ${host}" "${proxy}/" | grep -q "\"region\":\"${region}\"" || failures=$((failures + 1))
+    curl -sf -H "Host: ${host}" "${fleet}/" | grep -q "\"region\":\"${region}\"" || failures=$((failures + 1))
     sleep 0.02
   done
-  note "200 requests over 4 s with Redis dead: ${failures} failed or misrouted"
+  note "200 requests to the standalone proxy over 4 s with Redis dead: ${failures} failed or misrouted"
   check "no request failed while Redis was down" 1 test "${failures}" -eq 0
-  check "lookups found Redis dead and fell through to the source" 10 bash -c \
-    "curl -s http://127.0.0.1:${p_metrics}/metrics | grep -qE 'layer=\"redis\",result=\"(error|breaker_open)\"' &&
-     curl -s http://127.0.0.1:${p_metrics}/metrics | grep -qE 'layer=\"source\",result=\"hit\"'"
-  show bash -c "curl -s http://127.0.0.1:${p_metrics}/metrics | grep -E '^tenantroute_proxy_lookups_total'"
+  check "lookups found Redis dead and fell through to the lookup endpoint" 10 bash -c \
+    "curl -s http://127.0.0.1:${p_fleet_metrics}/metrics | grep -qE 'layer=\"redis\",result=\"(error|breaker_open)\"' &&
+     curl -s http://127.0.0.1:${p_fleet_metrics}/metrics | grep -qE 'layer=\"source\",result=\"hit\"'"
+  show bash -c "curl -s http://127.0.0.1:${p_fleet_metrics}/metrics | grep -E '^tenantroute_proxy_lookups_total'"
 else
   note "skipped: redis-server is not installed"
 fi

@@ -31,6 +31,13 @@ func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
 	if err != nil {
 		return Source{}, err
 	}
+	// Regions are watched from the start too, so that they are synced before a proxy
+	// serves. Otherwise a replica that does not lead (the controllers watch Regions
+	// only on the leader) started the watch at its first lookup, within the lookup's
+	// budget, and failed every lookup while the API server was away.
+	if _, err := c.GetInformer(ctx, &v1.Region{}, cache.BlockUntilSynced(false)); err != nil {
+		return Source{}, fmt.Errorf("the Region informer: %w", err)
+	}
 	return Source{Reader: c, Granted: granted}, nil
 }
 
