@@ -350,9 +350,9 @@ func defaultResolver() string {
 // A standalone proxy asks Redis before the manager's lookup endpoint, which is remote
 // and shared by the fleet. The embedded proxy asks its own informer cache alone: it
 // answers in memory, and it is what the proxy's invalidations follow. With Redis ahead
-// of it, a hostname handed to another tenant was dropped from the proxy's cache, then
-// read back from Redis as the former tenant's (routekv rewrites it a moment later) and
-// served to that tenant for a whole cache TTL.
+// of it, a hostname handed to another tenant and dropped from the proxy's cache would
+// be read back from Redis as the former tenant's (routekv rewrites it a moment later)
+// and served to that tenant for a whole cache TTL.
 func lookupLayers(source proxy.Layer, kv *routes.KV, embedded bool) []proxy.Layer {
 	if kv == nil || embedded {
 		return []proxy.Layer{source}

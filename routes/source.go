@@ -33,8 +33,8 @@ func NewSource(ctx context.Context, c cache.Cache) (Source, error) {
 	}
 	// Regions are watched from the start too, so that they are synced before a proxy
 	// serves. Otherwise a replica that does not lead (the controllers watch Regions
-	// only on the leader) started the watch at its first lookup, within the lookup's
-	// budget, and failed every lookup while the API server was away.
+	// only on the leader) would start the watch at its first lookup, within the
+	// lookup's budget, and fail every lookup while the API server is away.
 	if _, err := c.GetInformer(ctx, &v1.Region{}, cache.BlockUntilSynced(false)); err != nil {
 		return Source{}, fmt.Errorf("the Region informer: %w", err)
 	}
