@@ -477,7 +477,7 @@ func TestBackendFailingDuringAnUploadIsABadGateway(t *testing.T) {
 			}
 			// All that was sent (the proxy's sender then waits on the client), so that
 			// a close is a FIN, not a reset for unread data.
-			_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 			_, _ = io.Copy(io.Discard, br)
 			time.Sleep(c.after)
 			if c.reset {
