@@ -35,6 +35,7 @@ type Proxy struct {
 	upstreams  map[string]*upstream // by backend URL
 	retryAfter string
 	bigReaders sync.Pool // response-header readers of MaxResponseHeaderBytes
+	buffers    bufferBudget
 }
 
 // New returns a proxy that looks routes up through chain.
@@ -43,6 +44,7 @@ func New(chain *Chain, opts Options) *Proxy {
 	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{},
 		retryAfter: strconv.Itoa(int(opts.RetryAfter.Seconds()))}
 	p.limits = &connLimits{opts: &p.opts, perIP: map[netip.Addr]int{}}
+	p.buffers.limit = int64(opts.RequestBufferMemoryBytes)
 	p.bigReaders.New = func() any { return bufio.NewReaderSize(nil, opts.MaxResponseHeaderBytes) }
 	return p
 }
@@ -113,6 +115,21 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if hasBody(&req.Header) {
 		body = &clientBody{r: req.BodyStream(), header: &req.Header, left: int64(p.opts.MaxRequestBodyBytes), last: ctx.Time()}
 		req.SetBodyStream(body, req.Header.ContentLength())
+		if n := req.Header.ContentLength(); n > 0 && n <= p.opts.RequestBufferBytes && p.buffers.take(n) {
+			held := &bytes.Reader{}
+			// The bytes are let go with their share of the budget, not when the
+			// request is reset, which a streamed answer puts off for its length.
+			defer func() { held.Reset(nil); p.buffers.give(n) }()
+			if err := bufferBody(req, body, held, n); err != nil {
+				if isTimeout(err) {
+					p.refuse(ctx, fasthttp.StatusRequestTimeout, outcome, "the request body did not come in time\n")
+				} else {
+					p.refuse(ctx, fasthttp.StatusBadRequest, outcome, "the request body could not be read\n")
+				}
+				ctx.SetConnectionClose()
+				return
+			}
+		}
 	}
 	stopClient := func() { _ = ctx.SetReadDeadline(time.Now()) }
 	replayable := isReplayable(&req.Header)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A pooled connection the backend closed while idle is noticed before reuse, however
@@ -261,5 +263,93 @@ func TestRequestLimits(t *testing.T) {
 	}
 	if n := len(rec.requests()); n != 0 {
 		t.Errorf("the backend saw %d requests", n)
+	}
+}
+
+// Clients that trickle small bodies hold no backend connection while they do: a
+// body of a declared length up to RequestBufferBytes is read whole before a backend
+// is asked, as nginx does, so a few hundred slow uploads cannot take a backend's
+// whole pool from everyone else's requests. (fasthttp reads the first 8 KiB of a
+// body before the proxy sees the request; these are larger.) Streamed, the first
+// upload below took the pool's only connection and the requests behind it failed.
+func TestSlowSmallUploadsHoldNoBackendConnection(t *testing.T) {
+	url, _, _ := postBackend(t, time.Minute)
+	tp := rawProxy(t, Options{MaxConnsPerBackend: 1}, url)
+	slow := make([]net.Conn, 3)
+	for i := range slow {
+		slow[i] = tp.dial(t)
+		_ = slow[i].SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprint(slow[i], "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("a", 10000))
+	}
+	time.Sleep(300 * time.Millisecond) // the proxy has read each header and half its body
+	if got := testutil.ToFloat64(requestBuffered); got != 60000 {
+		t.Errorf("%v bytes of request bodies held, want the 60000 declared", got)
+	}
+	if failed := spacedPosts(t, tp, 3, 0); failed > 0 {
+		t.Errorf("%d of 3 requests failed behind three slow uploads", failed)
+	}
+	for i, c := range slow {
+		fmt.Fprint(c, strings.Repeat("b", 10000))
+		if resp, got := readResponse(t, bufio.NewReader(c), "POST"); resp.StatusCode != 200 || got != "20000" {
+			t.Errorf("slow upload %d: %d %q, want 200 \"20000\"", i, resp.StatusCode, got)
+		}
+	}
+	// A client that waits to be told to send its body is told before it is read.
+	c := tp.dial(t)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("with Expect: 100-continue the proxy said %q (%v) before the body", line, err)
+	}
+	if !readHeader(br) {
+		t.Fatal("the 100 Continue did not end")
+	}
+	fmt.Fprint(c, strings.Repeat("c", 20000))
+	if resp, got := readResponse(t, br, "POST"); resp.StatusCode != 200 || got != "20000" {
+		t.Errorf("an upload after 100 Continue: %d %q, want 200 \"20000\"", resp.StatusCode, got)
+	}
+	if got := testutil.ToFloat64(requestBuffered); got != 0 {
+		t.Errorf("%v bytes of request bodies still held after their requests", got)
+	}
+}
+
+// Bodies are held within RequestBufferMemoryBytes in all; past it they stream as they
+// come, and arrive whole. A client that stalls before its body is in gets a 408, one
+// that goes away nothing; both give their share back, and the backend sees neither.
+func TestRequestBufferBudget(t *testing.T) {
+	url, posts, _ := postBackend(t, time.Minute)
+	tp := rawProxy(t, Options{RequestBufferMemoryBytes: 30000, ClientReadTimeout: 500 * time.Millisecond}, url)
+	send := func(body string) (net.Conn, *bufio.Reader) {
+		c := tp.dial(t)
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+body)
+		return c, bufio.NewReader(c)
+	}
+	half := strings.Repeat("a", 10000)
+	first, firstBR := send(half)
+	second, secondBR := send(half) // 40000 would pass the budget: streams
+	time.Sleep(200 * time.Millisecond)
+	if got := testutil.ToFloat64(requestBuffered); got != 20000 {
+		t.Errorf("%v bytes of request bodies held, want 20000 (one body; the budget is 30000)", got)
+	}
+	for i, c := range []net.Conn{first, second} {
+		fmt.Fprint(c, strings.Repeat("b", 10000))
+		if resp, got := readResponse(t, []*bufio.Reader{firstBR, secondBR}[i], "POST"); resp.StatusCode != 200 || got != "20000" {
+			t.Errorf("upload %d: %d %q, want 200 \"20000\"", i, resp.StatusCode, got)
+		}
+	}
+	before := posts.Load()
+	stalled, stalledBR := send(half)
+	gone, _ := send(half)
+	time.Sleep(200 * time.Millisecond)
+	_ = gone.Close()
+	if resp, _ := readResponse(t, stalledBR, "POST"); resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a stalled upload: %d, want 408", resp.StatusCode)
+	}
+	_ = stalled.Close()
+	waitFor(t, 5*time.Second, "the budget given back", func() bool { return testutil.ToFloat64(requestBuffered) == 0 })
+	if n := posts.Load() - before; n != 0 {
+		t.Errorf("the backend got %d of the bodies that never came whole", n)
 	}
 }

@@ -24,6 +24,14 @@ var (
 		Name: "tenantroute_proxy_rejected_connections_total",
 		Help: "Client connections refused at accept by a connection limit, by the status sent (503: MaxConns, 429: MaxConnsPerIP).",
 	}, []string{"code"})
+	requestBuffered = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenantroute_proxy_request_buffer_bytes",
+		Help: "Bytes of request bodies held whole before their backend is asked; at the buffer's memory limit, bodies stream instead.",
+	})
+	requestBufferFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_request_buffer_full_total",
+		Help: "Request bodies streamed as they came, although small enough to be held whole, because the buffer's memory limit was reached.",
+	})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",
 		Help:    "Time from a request's arrival to its backend's response headers, by region.",
@@ -63,7 +71,7 @@ func declareLayer(layer string) {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected, requestBuffered, requestBufferFull} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

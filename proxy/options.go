@@ -30,9 +30,15 @@ type Options struct {
 	RetryAfter time.Duration
 
 	// MaxRequestBodyBytes bounds a request body, whatever its method and framing;
-	// past it the client gets 413 and the connection is closed. Bodies stream: the
-	// proxy never holds one whole.
+	// past it the client gets 413 and the connection is closed.
 	MaxRequestBodyBytes int
+	// RequestBufferBytes: a body of a declared length up to this is read whole before
+	// a backend connection is taken, so that a client sending it slowly holds a
+	// connection of its own only, not one of the backend's pool (negative: never).
+	// Larger bodies, chunked ones, and any body past RequestBufferMemoryBytes (the
+	// bodies held at once, in all) stream as they come.
+	RequestBufferBytes       int
+	RequestBufferMemoryBytes int
 	// MaxRequestHeaderBytes bounds a request's line and header (431 past it).
 	MaxRequestHeaderBytes int
 	// ClientHeaderTimeout bounds receiving a request's header from its first byte
@@ -75,6 +81,8 @@ const (
 	DefaultMaxConnsPerBackend      = 1024
 	DefaultMaxResponseHeaderBytes  = 64 << 10
 	DefaultMaxRequestBodyBytes     = 64 << 20
+	DefaultRequestBufferBytes      = 64 << 10
+	DefaultRequestBufferMemory     = 64 << 20
 	DefaultMaxRequestHeaderBytes   = 16 << 10
 	DefaultClientHeaderTimeout     = 10 * time.Second
 	DefaultClientIdleTimeout       = 120 * time.Second
@@ -112,6 +120,10 @@ func (o *Options) defaults() {
 	setInt(&o.MaxConnsPerBackend, DefaultMaxConnsPerBackend)
 	setInt(&o.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 	setInt(&o.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
+	if o.RequestBufferBytes == 0 {
+		o.RequestBufferBytes = DefaultRequestBufferBytes
+	}
+	setInt(&o.RequestBufferMemoryBytes, DefaultRequestBufferMemory)
 	setInt(&o.MaxRequestHeaderBytes, DefaultMaxRequestHeaderBytes)
 	setInt(&o.MaxConns, DefaultMaxConns)
 	setInt(&o.MaxConnsPerIP, DefaultMaxConnsPerIP)
