@@ -9,29 +9,42 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// bufferBody reads a body of declared length n whole, through body (which keeps the
-// client's failures apart), and gives it to the request through held. The backend
-// connection is taken once the body is in, so a client that sends it slowly holds
-// its own connection only: streamed, a request that needs one of a backend's pool
-// would wait behind every slow upload holding one (nginx buffers bodies for the
-// same reason).
-func bufferBody(req *fasthttp.Request, body *clientBody, held *bytes.Reader, n int) error {
+// preRead is how much of a body fasthttp's server reads before it calls the handler
+// (min(Content-Length, 8 KiB), in readBodyWithStreaming): a body that size or smaller
+// is whole already, and copying it again would buy nothing.
+const preRead = 8 << 10
+
+// bufferBody reads a body of a declared length above preRead and up to
+// RequestBufferBytes whole, within the budget, through body (which keeps the
+// client's failures apart), and gives it to the request. The backend connection is
+// taken once the body is in, so a client that sends it slowly holds its own
+// connection only: streamed, a request that needs one of a backend's pool would wait
+// behind every slow upload holding one (nginx buffers bodies for the same reason).
+// release, nil when the body streams, lets the bytes go with their share of the
+// budget: not when the request is reset, which a streamed answer puts off.
+func (p *Proxy) bufferBody(req *fasthttp.Request, body *clientBody) (release func(), err error) {
+	n := req.Header.ContentLength()
+	if n <= preRead || n > p.opts.RequestBufferBytes || !p.buffers.take(n) {
+		return nil, nil
+	}
+	held := bytes.NewReader(nil)
+	release = func() { held.Reset(nil); p.buffers.give(n) }
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(body, buf); err != nil {
 		var clientErr *clientBodyError
 		if !errors.As(err, &clientErr) {
 			err = &clientBodyError{err} // the client closed before the declared end
 		}
-		return err
+		return release, err
 	}
 	// The stream's end, so that the body counts as read to it (no trailers: a body
 	// of declared length has none).
 	if _, err := body.Read(make([]byte, 1)); err != io.EOF {
-		return &clientBodyError{errors.New("the body did not end at its declared length")}
+		return release, &clientBodyError{errors.New("the body did not end at its declared length")}
 	}
 	held.Reset(buf)
 	req.SetBodyStream(held, n)
-	return nil
+	return release, nil
 }
 
 // bufferBudget bounds the bytes of request bodies held at once; a body that does not

@@ -115,12 +115,30 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if hasBody(&req.Header) {
 		body = &clientBody{r: req.BodyStream(), header: &req.Header, left: int64(p.opts.MaxRequestBodyBytes), last: ctx.Time()}
 		req.SetBodyStream(body, req.Header.ContentLength())
-		if n := req.Header.ContentLength(); n > 0 && n <= p.opts.RequestBufferBytes && p.buffers.take(n) {
-			held := &bytes.Reader{}
-			// The bytes are let go with their share of the budget, not when the
-			// request is reset, which a streamed answer puts off for its length.
-			defer func() { held.Reset(nil); p.buffers.give(n) }()
-			if err := bufferBody(req, body, held, n); err != nil {
+	}
+	stopClient := func() { _ = ctx.SetReadDeadline(time.Now()) }
+	replayable := isReplayable(&req.Header)
+	head := req.Header.IsHead()
+	var tried []*upstream
+	var lastErr error
+	var lastBackend *upstream
+	var release func() // gives back the memory of a body read whole
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	// Each backend once, and one more try for a request a reused connection lost.
+	for attempts := len(route.Backends) + 1; attempts > 0; attempts-- {
+		u := p.pick(route, tried)
+		if u == nil {
+			break
+		}
+		// Read whole once a backend is there to send it to (none: the 503 below comes
+		// at once), and before one of its connections is taken.
+		if body != nil && tried == nil && release == nil {
+			var err error
+			if release, err = p.bufferBody(req, body); err != nil {
 				if isTimeout(err) {
 					p.refuse(ctx, fasthttp.StatusRequestTimeout, outcome, "the request body did not come in time\n")
 				} else {
@@ -129,19 +147,6 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 				ctx.SetConnectionClose()
 				return
 			}
-		}
-	}
-	stopClient := func() { _ = ctx.SetReadDeadline(time.Now()) }
-	replayable := isReplayable(&req.Header)
-	head := req.Header.IsHead()
-	var tried []*upstream
-	var lastErr error
-	var lastBackend *upstream
-	// Each backend once, and one more try for a request a reused connection lost.
-	for attempts := len(route.Backends) + 1; attempts > 0; attempts-- {
-		u := p.pick(route, tried)
-		if u == nil {
-			break
 		}
 		err := u.roundTrip(req, &ctx.Response, head, body, stopClient)
 		// From the request's arrival to the backend's answer: one clock read, not two.
@@ -341,6 +346,7 @@ type clientBody struct {
 	held   error     // returned on the next read
 	eof    bool      // read to its end
 	last   time.Time // when the client last sent some of it
+	read   int64
 }
 
 // stallGrace is how long a client may have sent nothing of its body when the backend
@@ -372,11 +378,18 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	if n > 0 {
 		b.last = time.Now()
 	}
+	b.read += int64(n)
 	if b.left -= int64(n); b.left < 0 {
 		b.err, b.held = fasthttp.ErrBodyTooLarge, fasthttp.ErrBodyTooLarge
 		return 0, b.err
 	}
 	switch {
+	case err == io.EOF && b.read < int64(b.header.ContentLength()):
+		// fasthttp ends a body of declared length with io.EOF when its client closes
+		// early: cut short, not complete. Taken for its end, the backend was sent a
+		// short body under the declared length, and the client's failure was a 502.
+		b.err = &clientBodyError{io.ErrUnexpectedEOF}
+		err = b.err
 	case err == io.EOF:
 		b.eof = true
 		b.dropTrailers()

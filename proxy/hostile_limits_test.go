@@ -276,25 +276,22 @@ func TestSlowSmallUploadsHoldNoBackendConnection(t *testing.T) {
 	url, _, _ := postBackend(t, time.Minute)
 	tp := rawProxy(t, Options{MaxConnsPerBackend: 1}, url)
 	slow := make([]net.Conn, 3)
+	readers := make([]*bufio.Reader, 3)
 	for i := range slow {
-		slow[i] = tp.dial(t)
-		_ = slow[i].SetDeadline(time.Now().Add(20 * time.Second))
-		fmt.Fprint(slow[i], "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("a", 10000))
+		slow[i], readers[i] = sendHalf(t, tp)
 	}
-	time.Sleep(300 * time.Millisecond) // the proxy has read each header and half its body
-	if got := testutil.ToFloat64(requestBuffered); got != 60000 {
-		t.Errorf("%v bytes of request bodies held, want the 60000 declared", got)
-	}
+	waitFor(t, 5*time.Second, "three uploads held", func() bool { return testutil.ToFloat64(requestBuffered) == 60000 })
 	if failed := spacedPosts(t, tp, 3, 0); failed > 0 {
 		t.Errorf("%d of 3 requests failed behind three slow uploads", failed)
 	}
 	for i, c := range slow {
 		fmt.Fprint(c, strings.Repeat("b", 10000))
-		if resp, got := readResponse(t, bufio.NewReader(c), "POST"); resp.StatusCode != 200 || got != "20000" {
+		if resp, got := readResponse(t, readers[i], "POST"); resp.StatusCode != 200 || got != "20000" {
 			t.Errorf("slow upload %d: %d %q, want 200 \"20000\"", i, resp.StatusCode, got)
 		}
 	}
-	// A client that waits to be told to send its body is told before it is read.
+	// A client that waits to be told to send its body is told, then its body is read
+	// whole.
 	c := tp.dial(t)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n")
@@ -305,7 +302,9 @@ func TestSlowSmallUploadsHoldNoBackendConnection(t *testing.T) {
 	if !readHeader(br) {
 		t.Fatal("the 100 Continue did not end")
 	}
-	fmt.Fprint(c, strings.Repeat("c", 20000))
+	fmt.Fprint(c, strings.Repeat("c", 10000)) // fasthttp reads 8 KiB before the proxy sees the request
+	waitFor(t, 5*time.Second, "the upload held", func() bool { return testutil.ToFloat64(requestBuffered) == 20000 })
+	fmt.Fprint(c, strings.Repeat("c", 10000))
 	if resp, got := readResponse(t, br, "POST"); resp.StatusCode != 200 || got != "20000" {
 		t.Errorf("an upload after 100 Continue: %d %q, want 200 \"20000\"", resp.StatusCode, got)
 	}
@@ -315,41 +314,89 @@ func TestSlowSmallUploadsHoldNoBackendConnection(t *testing.T) {
 }
 
 // Bodies are held within RequestBufferMemoryBytes in all; past it they stream as they
-// come, and arrive whole. A client that stalls before its body is in gets a 408, one
-// that goes away nothing; both give their share back, and the backend sees neither.
+// come, and arrive whole.
 func TestRequestBufferBudget(t *testing.T) {
-	url, posts, _ := postBackend(t, time.Minute)
-	tp := rawProxy(t, Options{RequestBufferMemoryBytes: 30000, ClientReadTimeout: 500 * time.Millisecond}, url)
-	send := func(body string) (net.Conn, *bufio.Reader) {
-		c := tp.dial(t)
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+body)
-		return c, bufio.NewReader(c)
-	}
-	half := strings.Repeat("a", 10000)
-	first, firstBR := send(half)
-	second, secondBR := send(half) // 40000 would pass the budget: streams
-	time.Sleep(200 * time.Millisecond)
+	url, _, _ := postBackend(t, time.Minute)
+	tp := rawProxy(t, Options{RequestBufferMemoryBytes: 30000}, url)
+	full := testutil.ToFloat64(requestBufferFull)
+	first, firstBR := sendHalf(t, tp)
+	waitFor(t, 5*time.Second, "the first upload held", func() bool { return testutil.ToFloat64(requestBuffered) == 20000 })
+	second, secondBR := sendHalf(t, tp) // 40000 in all would pass the budget: it streams
+	waitFor(t, 5*time.Second, "the second upload streamed", func() bool { return testutil.ToFloat64(requestBufferFull) > full })
+	conns, readers := []net.Conn{first, second}, []*bufio.Reader{firstBR, secondBR}
 	if got := testutil.ToFloat64(requestBuffered); got != 20000 {
 		t.Errorf("%v bytes of request bodies held, want 20000 (one body; the budget is 30000)", got)
 	}
-	for i, c := range []net.Conn{first, second} {
+	if got := testutil.ToFloat64(requestBufferFull) - full; got != 1 {
+		t.Errorf("%v bodies streamed for want of budget, want 1", got)
+	}
+	for i, c := range conns {
 		fmt.Fprint(c, strings.Repeat("b", 10000))
-		if resp, got := readResponse(t, []*bufio.Reader{firstBR, secondBR}[i], "POST"); resp.StatusCode != 200 || got != "20000" {
+		if resp, got := readResponse(t, readers[i], "POST"); resp.StatusCode != 200 || got != "20000" {
 			t.Errorf("upload %d: %d %q, want 200 \"20000\"", i, resp.StatusCode, got)
 		}
 	}
-	before := posts.Load()
-	stalled, stalledBR := send(half)
-	gone, _ := send(half)
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, 5*time.Second, "the budget given back", func() bool { return testutil.ToFloat64(requestBuffered) == 0 })
+}
+
+// A client that stalls before its body is in gets a 408, one that goes away nothing;
+// both give their share of the budget back, and the backend sees neither.
+func TestUnfinishedBufferedBodiesReachNoBackend(t *testing.T) {
+	url, _, conns := postBackend(t, time.Minute)
+	tp := rawProxy(t, Options{ClientReadTimeout: 500 * time.Millisecond}, url)
+	stalled, stalledBR := sendHalf(t, tp)
+	gone, _ := sendHalf(t, tp)
+	waitFor(t, 5*time.Second, "both uploads taken in", func() bool { return testutil.ToFloat64(requestBuffered) == 40000 })
 	_ = gone.Close()
 	if resp, _ := readResponse(t, stalledBR, "POST"); resp.StatusCode != http.StatusRequestTimeout {
 		t.Errorf("a stalled upload: %d, want 408", resp.StatusCode)
 	}
 	_ = stalled.Close()
 	waitFor(t, 5*time.Second, "the budget given back", func() bool { return testutil.ToFloat64(requestBuffered) == 0 })
-	if n := posts.Load() - before; n != 0 {
-		t.Errorf("the backend got %d of the bodies that never came whole", n)
+	if n := conns.Load(); n != 0 {
+		t.Errorf("the backend was connected to %d times for bodies that never came whole", n)
+	}
+}
+
+// A streamed body whose client stops sending (closes its side) before the declared
+// length is the client's failure: a 400, not a 502 for the 5xx alert to page on.
+// fasthttp ends such a body as if it were complete.
+func TestStreamedBodyCutShortIsTheClientsFailure(t *testing.T) {
+	url, _, _ := postBackend(t, time.Minute)
+	tp := rawProxy(t, Options{}, url)
+	c := tp.dial(t)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 200000\r\n\r\n"+strings.Repeat("a", 100000))
+	_ = c.(*net.TCPConn).CloseWrite()
+	if resp, got := readResponse(t, bufio.NewReader(c), "POST"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a body cut short by its client: %d %q, want 400", resp.StatusCode, got)
+	}
+}
+
+// sendHalf starts an upload of 20000 bytes and sends the first half.
+func sendHalf(t *testing.T, tp *testProxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := tp.dial(t)
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("a", 10000))
+	return c, bufio.NewReader(c)
+}
+
+// A body is read whole only once a backend is there to take it: with every backend
+// of the region cooling down, a client uploading slowly is told 503 at once.
+func TestNoBackendAnswersBeforeTheBodyIsRead(t *testing.T) {
+	tp := rawProxy(t, Options{}, okBackend(t).URL)
+	conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: down.example.com\r\n\r\n")
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a region whose backend cannot be reached: %d, want 503", resp.StatusCode)
+	}
+	_ = conn.Close()
+	conn, br = exchange(t, tp, "POST / HTTP/1.1\r\nHost: down.example.com\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("a", 10000))
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if resp, _ := readResponse(t, br, "POST"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("an upload to a region cooling down: %d, want 503", resp.StatusCode)
+	}
+	if got := testutil.ToFloat64(requestBuffered); got != 0 {
+		t.Errorf("%v bytes of request bodies held for a region with no backend", got)
 	}
 }
