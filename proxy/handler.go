@@ -179,6 +179,13 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			u.coolDown()
 			tried = append(tried, u)
 			continue
+		case errors.Is(err, fasthttp.ErrNoFreeConns):
+			// Every connection the proxy may open to this backend stayed busy for the
+			// dial timeout: nothing was sent, and another backend of the region may
+			// have room. With none left, the region has no backend available (503,
+			// with Retry-After), not one that failed to answer (502).
+			tried = append(tried, u)
+			continue
 		}
 		lastErr, lastBackend = err, u
 		if replayable && lostOnReusedConn(err) {

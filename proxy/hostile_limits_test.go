@@ -400,3 +400,43 @@ func TestNoBackendAnswersBeforeTheBodyIsRead(t *testing.T) {
 		t.Errorf("%v bytes of request bodies held for a region with no backend", got)
 	}
 }
+
+// A backend whose pool is taken (--upstream-max-conns connections busy for the dial
+// timeout) is passed over for another of the region, and with none left the region
+// has no backend available: 503 with Retry-After, not a 502 saying a backend failed.
+func TestAFullPoolIsNoBackendAvailable(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release) // before the proxies' cleanups, which wait for the held requests
+	busy := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		if _, err := readReq(br); err == nil {
+			<-release
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbusy")
+		}
+	})
+	free := okBackend(t)
+	opts := Options{MaxConnsPerBackend: 1, DialTimeout: 200 * time.Millisecond}
+	tp := rawProxy(t, opts, busy.URL, free.URL)
+	// A request that busy holds takes its only connection.
+	for busy.conns.Load() == 0 {
+		c := tp.dial(t)
+		fmt.Fprint(c, "GET /hold HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range 4 { // round-robin: two of them pick busy first
+		conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != "ok" {
+			t.Errorf("request %d with one backend's pool taken: %d %q, want the other's 200", i, resp.StatusCode, got)
+		}
+		_ = conn.Close()
+	}
+	alone := rawProxy(t, opts, busy.URL)
+	held := alone.dial(t)
+	fmt.Fprint(held, "GET /hold HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	waitFor(t, 5*time.Second, "busy's second connection", func() bool { return busy.conns.Load() == 2 })
+	conn, br := exchange(t, alone, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	defer conn.Close()
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("the region's only backend with its pool taken: %d (Retry-After %q), want 503 with Retry-After",
+			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
