@@ -13,7 +13,7 @@ import (
 // reasons for their defaults.
 func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOptions) {
 	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", proxy.DefaultUpstreamTimeout, "Longest wait on a backend between two reads (the response header included) or two writes; streams of any length pass while data flows.")
-	fs.DurationVar(&o.DialTimeout, "upstream-dial-timeout", proxy.DefaultDialTimeout, "Timeout of connecting to a backend, TLS handshake included.")
+	fs.DurationVar(&o.DialTimeout, "upstream-dial-timeout", proxy.DefaultDialTimeout, "Timeout of connecting to a backend, TLS handshake included, and of waiting for one of its pooled connections when --upstream-max-conns are busy.")
 	fs.DurationVar(&o.UpstreamIdleConnTimeout, "upstream-idle-conn-timeout", proxy.DefaultUpstreamIdleConnTimeout, "Pooled backend connections unused this long are closed; keep it below the backends' own keep-alive timeout.")
 	fs.IntVar(&o.MaxConnsPerBackend, "upstream-max-conns", proxy.DefaultMaxConnsPerBackend, "Connections to each backend at most.")
 	fs.IntVar(&o.MaxResponseHeaderBytes, "max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Largest backend response header; a larger one is a 502.")

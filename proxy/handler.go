@@ -183,7 +183,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			// Every connection the proxy may open to this backend stayed busy for the
 			// dial timeout: nothing was sent, and another backend of the region may
 			// have room. With none left, the region has no backend available (503,
-			// with Retry-After), not one that failed to answer (502).
+			// with Retry-After), not one that failed to answer (502). Logged, so
+			// that the 503 says why.
+			logBackendError(u.addr, err)
 			tried = append(tried, u)
 			continue
 		}

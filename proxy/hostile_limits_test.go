@@ -414,20 +414,23 @@ func TestAFullPoolIsNoBackendAvailable(t *testing.T) {
 		}
 	})
 	free := okBackend(t)
-	opts := Options{MaxConnsPerBackend: 1, DialTimeout: 200 * time.Millisecond}
+	opts := Options{MaxConnsPerBackend: 1, DialTimeout: 500 * time.Millisecond}
 	tp := rawProxy(t, opts, busy.URL, free.URL)
-	// A request that busy holds takes its only connection.
-	for busy.conns.Load() == 0 {
-		c := tp.dial(t)
-		fmt.Fprint(c, "GET /hold HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
-		time.Sleep(50 * time.Millisecond)
+	// A request that busy holds takes its only connection (round-robin: the first or
+	// the second).
+	for range 2 {
+		fmt.Fprint(tp.dial(t), "GET /hold HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
 	}
-	for i := range 4 { // round-robin: two of them pick busy first
+	waitFor(t, 5*time.Second, "busy holding a request", func() bool { return busy.conns.Load() == 1 })
+	for i := range 4 { // round-robin: at least two of them pick busy first
 		conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
 		if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != "ok" {
 			t.Errorf("request %d with one backend's pool taken: %d %q, want the other's 200", i, resp.StatusCode, got)
 		}
 		_ = conn.Close()
+	}
+	if n := strings.Count(busy.Raw(), "GET "); n != 1 || !strings.Contains(busy.Raw(), "GET /hold ") {
+		t.Errorf("busy saw %d requests, want the one it holds:\n%s", n, busy.Raw())
 	}
 	alone := rawProxy(t, opts, busy.URL)
 	held := alone.dial(t)
