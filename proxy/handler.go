@@ -395,8 +395,9 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF && b.read < int64(b.header.ContentLength()):
 		// fasthttp ends a body of declared length with io.EOF when its client closes
-		// early: cut short, not complete. Taken for its end, the backend was sent a
-		// short body under the declared length, and the client's failure was a 502.
+		// early: cut short, not complete. Taken for its end, it would reach the
+		// backend short of its declared length, and the client's failure would be
+		// answered 502.
 		b.err = &clientBodyError{io.ErrUnexpectedEOF}
 		err = b.err
 	case err == io.EOF:
