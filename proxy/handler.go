@@ -134,9 +134,10 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		if u == nil {
 			break
 		}
-		// Read whole once a backend is there to send it to (none: the 503 below comes
-		// at once), and before one of its connections is taken.
-		if body != nil && tried == nil && release == nil {
+		// Read whole on the first attempt, once a backend is there to send it to
+		// (none: the 503 below comes at once), before one of its connections is
+		// taken. Later attempts follow a backend that took nothing of it.
+		if body != nil && tried == nil {
 			var err error
 			if release, err = p.bufferBody(req, body); err != nil {
 				if isTimeout(err) {

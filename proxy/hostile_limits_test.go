@@ -443,3 +443,32 @@ func TestAFullPoolIsNoBackendAvailable(t *testing.T) {
 			resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }
+
+// A request pipelined behind a body read whole is a request of its own: the body
+// takes its declared length and not a byte more, and the next request reaches the
+// backend as sent.
+func TestPipelinedRequestAfterABodyReadWhole(t *testing.T) {
+	rec := newRecorder(t, nil)
+	tp := rawProxy(t, Options{}, rec.URL)
+	body := strings.Repeat("p", 20000)
+	conn, br := exchange(t, tp, "POST /first HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+body+
+		"GET /second HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	defer conn.Close()
+	for _, method := range []string{"POST", "GET"} {
+		if resp, got := readResponse(t, br, method); resp.StatusCode != 200 || got != "ok" {
+			t.Fatalf("%s: %d %q", method, resp.StatusCode, got)
+		}
+	}
+	seen := rec.requests()
+	if len(seen) != 2 || seen[0].Path != "/first" || string(seen[0].Body) != body || seen[1].Path != "/second" || seen[1].BodyLen != 0 {
+		t.Fatalf("the backend saw %d requests, want POST /first with its 20000 bytes then GET /second: %+v", len(seen), paths(seen))
+	}
+}
+
+func paths(seen []seenRequest) []string {
+	var out []string
+	for _, r := range seen {
+		out = append(out, fmt.Sprintf("%s %s (%d bytes)", r.Method, r.Path, r.BodyLen))
+	}
+	return out
+}

@@ -75,24 +75,24 @@ type Options struct {
 
 // Defaults of the options; cmd/ uses them for its flags.
 const (
-	DefaultUpstreamTimeout         = 60 * time.Second
-	DefaultDialTimeout             = 3 * time.Second
-	DefaultUpstreamIdleConnTimeout = time.Second
-	DefaultMaxConnsPerBackend      = 1024
-	DefaultMaxResponseHeaderBytes  = 64 << 10
-	DefaultMaxRequestBodyBytes     = 64 << 20
-	DefaultRequestBufferBytes      = 64 << 10
-	DefaultRequestBufferMemory     = 64 << 20
-	DefaultMaxRequestHeaderBytes   = 16 << 10
-	DefaultClientHeaderTimeout     = 10 * time.Second
-	DefaultClientIdleTimeout       = 120 * time.Second
-	DefaultClientReadTimeout       = 60 * time.Second
-	DefaultClientWriteTimeout      = 60 * time.Second
-	DefaultTunnelIdleTimeout       = 10 * time.Minute
-	DefaultMaxConns                = 10000
-	DefaultMaxConnsPerIP           = 256
-	DefaultShutdownDelay           = 5 * time.Second
-	DefaultShutdownTimeout         = 30 * time.Second
+	DefaultUpstreamTimeout          = 60 * time.Second
+	DefaultDialTimeout              = 3 * time.Second
+	DefaultUpstreamIdleConnTimeout  = time.Second
+	DefaultMaxConnsPerBackend       = 1024
+	DefaultMaxResponseHeaderBytes   = 64 << 10
+	DefaultMaxRequestBodyBytes      = 64 << 20
+	DefaultRequestBufferBytes       = 64 << 10
+	DefaultRequestBufferMemoryBytes = 64 << 20
+	DefaultMaxRequestHeaderBytes    = 16 << 10
+	DefaultClientHeaderTimeout      = 10 * time.Second
+	DefaultClientIdleTimeout        = 120 * time.Second
+	DefaultClientReadTimeout        = 60 * time.Second
+	DefaultClientWriteTimeout       = 60 * time.Second
+	DefaultTunnelIdleTimeout        = 10 * time.Minute
+	DefaultMaxConns                 = 10000
+	DefaultMaxConnsPerIP            = 256
+	DefaultShutdownDelay            = 5 * time.Second
+	DefaultShutdownTimeout          = 30 * time.Second
 )
 
 func (o *Options) defaults() {
@@ -123,7 +123,7 @@ func (o *Options) defaults() {
 	if o.RequestBufferBytes == 0 {
 		o.RequestBufferBytes = DefaultRequestBufferBytes
 	}
-	setInt(&o.RequestBufferMemoryBytes, DefaultRequestBufferMemory)
+	setInt(&o.RequestBufferMemoryBytes, DefaultRequestBufferMemoryBytes)
 	setInt(&o.MaxRequestHeaderBytes, DefaultMaxRequestHeaderBytes)
 	setInt(&o.MaxConns, DefaultMaxConns)
 	setInt(&o.MaxConnsPerIP, DefaultMaxConnsPerIP)
