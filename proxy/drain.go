@@ -6,6 +6,9 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
 )
 
 // A proxy that is told to stop drains: it fails its readiness, answers every request
@@ -25,6 +28,45 @@ type handedOver struct {
 	tunnels map[*tunnel]struct{}
 	conns   map[net.Conn]struct{} // HTTP/1.0 streams
 	away    bool                  // goAway was called: a tunnel opened since is closed at once
+	// pending: what the hijack handler of each connection that asked for one would
+	// release (see hijack); pendingN is its length, read without mu.
+	pending  map[net.Conn]func()
+	pendingN atomic.Int32
+}
+
+// hijack hands ctx's connection to h, which is given what release frees (a backend
+// connection) and frees it itself. fasthttp calls h only after it has sent what it
+// held back for the requests pipelined before this one; when that send fails (the
+// client went away) it closes the connection without calling h, and nothing else
+// would free what h was given: connState runs release then.
+func (p *Proxy) hijack(ctx *fasthttp.RequestCtx, release func(), h fasthttp.HijackHandler) {
+	hs := &p.handed
+	hs.mu.Lock()
+	if hs.pending == nil {
+		hs.pending = map[net.Conn]func(){}
+	}
+	hs.pending[ctx.Conn()] = release
+	hs.pendingN.Store(int32(len(hs.pending)))
+	hs.mu.Unlock()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(h)
+}
+
+// connState is the server's ConnState hook: a connection that asked for a hijack
+// ends either handed over (its handler runs and releases) or closed (release runs
+// here). Every other change of state, once per request, costs one comparison.
+func (h *handedOver) connState(c net.Conn, state fasthttp.ConnState) {
+	if (state != fasthttp.StateClosed && state != fasthttp.StateHijacked) || h.pendingN.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	release, ok := h.pending[c]
+	delete(h.pending, c)
+	h.pendingN.Store(int32(len(h.pending)))
+	h.mu.Unlock()
+	if ok && state == fasthttp.StateClosed {
+		release()
+	}
 }
 
 // take counts a handed-over connection until the returned func is called.

@@ -228,8 +228,7 @@ func (p *Proxy) streamToHTTP10(ctx *fasthttp.RequestCtx) {
 	resp.Header.SetContentLength(-2) // identity: delimited by the connection's close
 	resp.Header.SetConnectionClose()
 	head := append([]byte(nil), resp.Header.Header()...)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
+	p.hijack(ctx, body.finish, func(c net.Conn) {
 		defer p.handed.take(c, nil)()
 		defer body.finish()
 		if _, err := c.Write(head); err == nil {

@@ -472,3 +472,71 @@ func paths(seen []seenRequest) []string {
 	}
 	return out
 }
+
+// A connection is handed over (an HTTP/1.0 client's stream, a WebSocket) only once
+// fasthttp has sent the answers it held back for the requests pipelined before. A
+// client that pipelined and went away makes that send fail, and the connection then
+// closes without the handler that would have given back what the backend's side
+// holds: for a stream, the pool's connection (a pool of one here, which would stay
+// taken); for a tunnel, a connection of its own to the backend.
+func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
+	got, answer, backendClosed := make(chan string, 2), make(chan struct{}), make(chan string, 2)
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			r, err := readReq(br)
+			if err != nil {
+				return
+			}
+			switch r.URL.Path {
+			case "/stream", "/ws":
+				got <- r.URL.Path
+				<-answer
+				if r.URL.Path == "/ws" {
+					fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+						"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+					_, _ = io.Copy(io.Discard, br) // until the proxy closes its end
+					backendClosed <- r.URL.Path
+					return
+				}
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+			default:
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
+	})
+	tp := rawProxy(t, Options{MaxConnsPerBackend: 1, DialTimeout: 500 * time.Millisecond}, b.URL)
+	goAway := func(pipelined string) {
+		t.Helper()
+		conn := tp.dial(t)
+		if _, err := io.WriteString(conn, pipelined); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the backend never saw the second request")
+		}
+		_ = conn.(*net.TCPConn).SetLinger(0) // a reset: the held-back answer cannot be sent
+		_ = conn.Close()
+		answer <- struct{}{}
+	}
+
+	goAway("GET /first HTTP/1.0\r\nHost: acme.example.com\r\nConnection: keep-alive\r\n\r\n" +
+		"GET /stream HTTP/1.0\r\nHost: acme.example.com\r\nConnection: keep-alive\r\n\r\n")
+	for i := range 2 {
+		conn, br := exchange(t, tp, "GET /after HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+		if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "ok" {
+			t.Errorf("request %d after an HTTP/1.0 stream's client went away: %d %q, want 200 (the pool's one connection given back)",
+				i, resp.StatusCode, body)
+		}
+		_ = conn.Close()
+	}
+
+	goAway("GET /first HTTP/1.1\r\nHost: acme.example.com\r\n\r\n" +
+		"GET /ws HTTP/1.1\r\nHost: acme.example.com\r\n" + wsHandshake + "\r\n")
+	select {
+	case <-backendClosed:
+	case <-time.After(3 * time.Second):
+		t.Error("a WebSocket whose client went away before its 101 was sent: the backend's connection stayed open")
+	}
+}

@@ -118,6 +118,7 @@ func (p *Proxy) newServer() *fasthttp.Server {
 		},
 		Concurrency: p.opts.MaxConns,
 		Logger:      clientErrorFilter{},
+		ConnState:   p.handed.connState,
 	}
 }
 

@@ -112,9 +112,8 @@ func (p *Proxy) tunnel(ctx *fasthttp.RequestCtx, route *CachedRoute, outcome Out
 	_, _ = io.ReadFull(r, pending)
 	p.putReader(br, r)
 	observeRequest(fasthttp.StatusSwitchingProtocols, outcome)
-	ctx.HijackSetNoResponse(true)
 	idle := p.opts.TunnelIdleTimeout
-	ctx.Hijack(func(client net.Conn) {
+	p.hijack(ctx, func() { _ = backend.Close() }, func(client net.Conn) {
 		defer backend.Close()
 		_ = client.SetWriteDeadline(time.Now().Add(idle))
 		if _, err := client.Write(head); err != nil {
