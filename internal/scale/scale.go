@@ -182,9 +182,9 @@ func (r Report) floorReport() string {
 		shares("failover, from the edge going down", r.FailoverStatus, r.Failover, r.FloorFailover)
 }
 
-// watchFailover follows the EdgeProvider's status.failover from t0 until the returned
-// func is called, which says when the operator decided and when the status first
-// showed the records moved.
+// watchFailover follows the EdgeProvider's status.failover from t0 until it shows the
+// records moved, or until the returned func is called, which says when the operator
+// decided and when the status first showed the records moved.
 func (r *run) watchFailover(ctx context.Context, t0 time.Time) func() (decided, shown time.Duration) {
 	ctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -196,8 +196,11 @@ func (r *run) watchFailover(ctx context.Context, t0 time.Time) func() (decided, 
 			if err := r.w.Client.Get(ctx, client.ObjectKey{Name: harness.CloudflareEdge}, ep); err == nil {
 				if f := ep.Status.Failover; f != nil && f.Reason == v1.ReasonFailedOver && f.StartedAt.After(t0) {
 					decided = f.StartedAt.Sub(t0)
-					if f.RecordsMovedAt != nil && shown == 0 {
+					if f.RecordsMovedAt != nil {
+						// Both are known: polling on would only cost the API server
+						// what the route statuses that follow are timed by.
 						shown = time.Since(t0)
+						return
 					}
 				}
 			}
