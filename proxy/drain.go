@@ -23,11 +23,16 @@ func (p *Proxy) Draining() bool { return p.draining.Load() }
 
 // handedOver tracks the connections fasthttp no longer sees.
 type handedOver struct {
-	mu      sync.Mutex
-	wg      sync.WaitGroup
+	mu sync.Mutex
+	// n counts the hand-overs begun and not ended; ended is closed when n falls to 0.
+	// (A WaitGroup would panic when a hand-over begins just as the last one ends while
+	// wait waits: that is what a drain whose requests outlive its timeout does.)
+	n       int
+	ended   chan struct{}
 	tunnels map[*tunnel]struct{}
 	conns   map[net.Conn]struct{} // HTTP/1.0 streams
 	away    bool                  // goAway was called: a tunnel opened since is closed at once
+	cut     bool                  // wait timed out: a connection handed over since is closed
 	// pending: what the hijack handler of each connection that asked for one would
 	// release (see hijack); pendingN is its length, read without mu.
 	pending  map[net.Conn]func()
@@ -39,6 +44,10 @@ type handedOver struct {
 // held back for the requests pipelined before this one; when that send fails (the
 // client went away) it closes the connection without calling h, and nothing else
 // would free what h was given: connState runs release then.
+//
+// The hand-over is counted from here, while fasthttp still counts the connection as
+// served: fasthttp stops counting it before h starts, and a shutdown that waited
+// for fasthttp and then for the connections h counted could end between the two.
 func (p *Proxy) hijack(ctx *fasthttp.RequestCtx, release func(), h fasthttp.HijackHandler) {
 	hs := &p.handed
 	hs.mu.Lock()
@@ -47,14 +56,46 @@ func (p *Proxy) hijack(ctx *fasthttp.RequestCtx, release func(), h fasthttp.Hija
 	}
 	hs.pending[ctx.Conn()] = release
 	hs.pendingN.Store(int32(len(hs.pending)))
+	hs.beginLocked()
 	hs.mu.Unlock()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(h)
+	ctx.Hijack(func(c net.Conn) {
+		defer hs.end()
+		h(c)
+	})
+}
+
+// beginLocked counts a hand-over until end; h.mu is held.
+func (h *handedOver) beginLocked() {
+	if h.n == 0 {
+		h.ended = make(chan struct{})
+	}
+	h.n++
+}
+
+func (h *handedOver) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n--; h.n == 0 {
+		close(h.ended)
+	}
+}
+
+// idle returns a channel closed once no hand-over is left.
+func (h *handedOver) idle() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return h.ended
 }
 
 // connState is the server's ConnState hook: a connection that asked for a hijack
 // ends either handed over (its handler runs and releases) or closed (release runs
-// here). Every other change of state, once per request, costs one comparison.
+// here). Every other change of state, twice per request, costs two comparisons.
 func (h *handedOver) connState(c net.Conn, state fasthttp.ConnState) {
 	if (state != fasthttp.StateClosed && state != fasthttp.StateHijacked) || h.pendingN.Load() == 0 {
 		return
@@ -66,14 +107,21 @@ func (h *handedOver) connState(c net.Conn, state fasthttp.ConnState) {
 	h.mu.Unlock()
 	if ok && state == fasthttp.StateClosed {
 		release()
+		h.end()
 	}
 }
 
-// take counts a handed-over connection until the returned func is called.
+// take tracks a handed-over connection, for goAway and for what wait closes at its
+// timeout, until the returned func is called. (hijack counts it.)
 func (h *handedOver) take(c net.Conn, t *tunnel) func() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.wg.Add(1)
+	if h.cut {
+		closeConn(c)
+		if t != nil {
+			_ = t.backend.Close()
+		}
+	}
 	if t != nil {
 		if h.tunnels == nil {
 			h.tunnels = map[*tunnel]struct{}{}
@@ -93,7 +141,6 @@ func (h *handedOver) take(c net.Conn, t *tunnel) func() {
 		delete(h.tunnels, t)
 		delete(h.conns, c)
 		h.mu.Unlock()
-		h.wg.Done()
 	}
 }
 
@@ -110,23 +157,31 @@ func (h *handedOver) goAway() {
 // wait waits for every handed-over connection to end, or for ctx, after which it
 // closes those left.
 func (h *handedOver) wait(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-h.idle():
 		return
 	case <-ctx.Done():
 	}
 	h.mu.Lock()
+	h.cut = true
 	for t := range h.tunnels {
-		_ = t.client.Close()
+		closeConn(t.client)
 		_ = t.backend.Close()
 	}
 	for c := range h.conns {
-		_ = c.Close()
+		closeConn(c)
 	}
 	h.mu.Unlock()
-	<-done
+	<-h.idle()
+}
+
+// closeConn closes c. A connection fasthttp handed over is closed through to its
+// socket: the Close of fasthttp's wrapper does nothing until the handler returns.
+func closeConn(c net.Conn) {
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		c = u.UnsafeConn()
+	}
+	_ = c.Close()
 }
 
 // tunnel is a WebSocket connection passing through: client to backend and back.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -184,8 +185,12 @@ func TestDrainClosesTunnelsStuckInAFrameAtTheTimeout(t *testing.T) {
 	var h handedOver
 	tun := newTunnel(client, backend)
 	ended := make(chan struct{})
+	h.mu.Lock()
+	h.beginLocked() // as hijack does
+	h.mu.Unlock()
 	go func() {
 		defer close(ended)
+		defer h.end()
 		defer h.take(client, tun)()
 		buf := make([]byte, 1024)
 		for {
@@ -250,16 +255,9 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 		"down.example.com": {Tenant: "down", Region: "ap", Backends: []string{"http://127.0.0.1:1"}},
 	}}
 	p := New(NewChain(ChainOptions{}, src), Options{ShutdownDelay: 3 * time.Second})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
-	t.Cleanup(func() { cancel(); <-done })
+	addr, cancel, _ := serveUntilCancel(t, p)
 
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +288,7 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 		t.Errorf("a proxied answer while draining: status %d, Connection: close %t; want 200 with Connection: close", resp.StatusCode, resp.Close)
 	}
 	// An error answer after a failed exchange too (the response is reset for it).
-	conn2, err := net.Dial("tcp", ln.Addr().String())
+	conn2, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +298,69 @@ func TestEveryAnswerWhileDrainingClosesTheConnection(t *testing.T) {
 	if resp := ask("/backend-gone"); resp.StatusCode < 500 || !resp.Close {
 		t.Errorf("an error answer while draining: status %d, Connection: close %t; want a 5xx with Connection: close", resp.StatusCode, resp.Close)
 	}
+}
+
+// An HTTP/1.0 client's stream that never ends (server-sent events with a heartbeat) is
+// cut at the shutdown timeout, and the drain returns: fasthttp's own Close of a
+// connection it handed over does nothing while the stream runs.
+func TestDrainCutsAnEndlessHTTP10StreamAtTheTimeout(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		if _, err := readReq(br); err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return
+		}
+		for {
+			if _, err := io.WriteString(c, "6\r\n:beat\n\r\n"); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}
+	p := New(NewChain(ChainOptions{}, src), Options{ShutdownTimeout: 300 * time.Millisecond})
+	addr, cancel, served := serveUntilCancel(t, p)
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /events HTTP/1.0\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if head, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatalf("the stream's answer: %q %v", head, err)
+	}
+	streaming := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, br); streaming <- err }() // a client that keeps reading
+	cancel()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the drain did not return 5 s after its 300 ms timeout: the stream still runs")
+	}
+	select {
+	case <-streaming:
+	case <-time.After(2 * time.Second):
+		t.Error("the client's stream was not cut")
+	}
+}
+
+// serveUntilCancel serves p on a local port until cancel, which starts its drain;
+// served is closed when the drain is over (waited for when the test ends).
+func serveUntilCancel(t *testing.T, p *Proxy) (addr string, cancel func(), served <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String(), cancel, done
 }

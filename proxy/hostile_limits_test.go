@@ -504,7 +504,8 @@ func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
 			}
 		}
 	})
-	tp := rawProxy(t, Options{MaxConnsPerBackend: 1, DialTimeout: 500 * time.Millisecond}, b.URL)
+	// The wait for the pool's one connection outlasts the stream's end on a busy machine.
+	tp := rawProxy(t, Options{MaxConnsPerBackend: 1, DialTimeout: 2 * time.Second}, b.URL)
 	goAway := func(pipelined string) {
 		t.Helper()
 		conn := tp.dial(t)
