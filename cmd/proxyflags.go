@@ -19,7 +19,7 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.IntVar(&o.MaxResponseHeaderBytes, "max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Largest backend response header; a larger one is a 502.")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", proxy.DefaultMaxRequestBodyBytes, "Largest request body, whatever the method (413 past it).")
 	fs.IntVar(&o.RequestBufferBytes, "request-buffer-bytes", proxy.DefaultRequestBufferBytes, "A body of declared length up to this is read whole before a backend connection is taken, so that slow uploads do not hold the backends' pools (-1: bodies always stream).")
-	fs.IntVar(&o.RequestBufferMemoryBytes, "request-buffer-memory-bytes", proxy.DefaultRequestBufferMemoryBytes, "Bytes of request bodies held whole at once, at most; past it, bodies stream.")
+	fs.IntVar(&o.RequestBufferMemoryBytes, "request-buffer-memory-bytes", proxy.DefaultRequestBufferMemoryBytes, "Bytes of request bodies held whole at once, at most, and a sixteenth of it from one client address (trusted proxies excepted); past it, bodies stream.")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", proxy.DefaultMaxRequestHeaderBytes, "Largest request line and header (431 past it).")
 	fs.DurationVar(&o.ClientHeaderTimeout, "client-header-timeout", proxy.DefaultClientHeaderTimeout, "Time a client has to send a request's header (slow-header clients are cut).")
 	fs.DurationVar(&o.ClientIdleTimeout, "client-idle-timeout", proxy.DefaultClientIdleTimeout, "How long a kept-alive client connection may wait for its next request.")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/netip"
+	"sync"
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
@@ -22,13 +24,22 @@ const preRead = 8 << 10
 // behind every slow upload holding one (nginx buffers bodies for the same reason).
 // release, nil when the body streams, lets the bytes go with their share of the
 // budget: not when the request is reset, which a streamed answer puts off.
-func (p *Proxy) bufferBody(req *fasthttp.Request, body *clientBody) (release func(), err error) {
+func (p *Proxy) bufferBody(ctx *fasthttp.RequestCtx, body *clientBody) (release func(), err error) {
+	req := &ctx.Request
 	n := req.Header.ContentLength()
-	if n <= preRead || n > p.opts.RequestBufferBytes || !p.buffers.take(n) {
+	if n <= preRead || n > p.opts.RequestBufferBytes {
+		return nil, nil
+	}
+	// A trusted proxy speaks for many clients: it has no share of its own.
+	addr := remoteIP(ctx)
+	if p.opts.trusted(addr) {
+		addr = netip.Addr{}
+	}
+	if !p.buffers.take(n, addr) {
 		return nil, nil
 	}
 	held := bytes.NewReader(nil)
-	release = func() { held.Reset(nil); p.buffers.give(n) }
+	release = func() { held.Reset(nil); p.buffers.give(n, addr) }
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(body, buf); err != nil {
 		var clientErr *clientBodyError
@@ -50,16 +61,36 @@ func (p *Proxy) bufferBody(req *fasthttp.Request, body *clientBody) (release fun
 // bufferBudget bounds the bytes of request bodies held at once; a body that does not
 // fit streams as it comes. The budget is taken for the declared length before a
 // byte is read, so that clients declaring bodies they never send cannot hold more
-// than it either.
+// than it either. One client address holds at most share of it: declaring bodies
+// and trickling them, a few addresses at their --max-conns-per-ip could otherwise
+// spend it all, and every client's bodies would stream.
 type bufferBudget struct {
-	limit int64
-	used  atomic.Int64
+	limit, share int64
+	used         atomic.Int64
+	mu           sync.Mutex
+	byAddr       map[netip.Addr]int64 // what each address holds; only bodies past preRead come here
 }
 
-func (b *bufferBudget) take(n int) bool {
+// addrShares: an address may hold 1/addrShares of the budget, and one body at least.
+const addrShares = 16
+
+func newBufferBudget(limit, body int) *bufferBudget {
+	return &bufferBudget{limit: int64(limit), share: max(int64(limit)/addrShares, int64(body)), byAddr: map[netip.Addr]int64{}}
+}
+
+// take counts n bytes held for addr (the zero Addr: no share of its own), or reports
+// that they do not fit.
+func (b *bufferBudget) take(n int, addr netip.Addr) bool {
+	if addr.IsValid() && !b.takeShare(int64(n), addr) {
+		requestBufferFull.Inc()
+		return false
+	}
 	for {
 		used := b.used.Load()
 		if used+int64(n) > b.limit {
+			if addr.IsValid() {
+				b.giveShare(int64(n), addr)
+			}
 			requestBufferFull.Inc()
 			return false
 		}
@@ -70,7 +101,28 @@ func (b *bufferBudget) take(n int) bool {
 	}
 }
 
-func (b *bufferBudget) give(n int) {
+func (b *bufferBudget) give(n int, addr netip.Addr) {
+	if addr.IsValid() {
+		b.giveShare(int64(n), addr)
+	}
 	b.used.Add(-int64(n))
 	requestBuffered.Sub(float64(n))
+}
+
+func (b *bufferBudget) takeShare(n int64, addr netip.Addr) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byAddr[addr]+n > b.share {
+		return false
+	}
+	b.byAddr[addr] += n
+	return true
+}
+
+func (b *bufferBudget) giveShare(n int64, addr netip.Addr) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byAddr[addr] -= n; b.byAddr[addr] <= 0 {
+		delete(b.byAddr, addr)
+	}
 }

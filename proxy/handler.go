@@ -35,7 +35,7 @@ type Proxy struct {
 	upstreams  map[string]*upstream // by backend URL
 	retryAfter string
 	bigReaders sync.Pool // response-header readers of MaxResponseHeaderBytes
-	buffers    bufferBudget
+	buffers    *bufferBudget
 }
 
 // New returns a proxy that looks routes up through chain.
@@ -44,7 +44,7 @@ func New(chain *Chain, opts Options) *Proxy {
 	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{},
 		retryAfter: strconv.Itoa(int(opts.RetryAfter.Seconds()))}
 	p.limits = &connLimits{opts: &p.opts, perIP: map[netip.Addr]int{}}
-	p.buffers.limit = int64(opts.RequestBufferMemoryBytes)
+	p.buffers = newBufferBudget(opts.RequestBufferMemoryBytes, opts.RequestBufferBytes)
 	p.bigReaders.New = func() any { return bufio.NewReaderSize(nil, opts.MaxResponseHeaderBytes) }
 	return p
 }
@@ -139,7 +139,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// taken. Later attempts follow a backend that took nothing of it.
 		if body != nil && tried == nil {
 			var err error
-			if release, err = p.bufferBody(req, body); err != nil {
+			if release, err = p.bufferBody(ctx, body); err != nil {
 				if isTimeout(err) {
 					p.refuse(ctx, fasthttp.StatusRequestTimeout, outcome, "the request body did not come in time\n")
 				} else {

@@ -339,6 +339,48 @@ func TestRequestBufferBudget(t *testing.T) {
 	waitFor(t, 5*time.Second, "the budget given back", func() bool { return testutil.ToFloat64(requestBuffered) == 0 })
 }
 
+// One client address holds at most a share of the budget (1/16 of it, one body at
+// least): its next body streams while another address's is still held whole. A
+// trusted proxy, which speaks for many clients, has no share of its own.
+func TestRequestBufferShareOfOneAddress(t *testing.T) {
+	url, _, _ := postBackend(t, time.Minute)
+	for _, tc := range []struct {
+		name     string
+		trusted  []netip.Prefix
+		held     float64 // bytes held once all three uploads are in
+		streamed float64
+	}{
+		{"one address", nil, 40000, 1},
+		{"a trusted proxy", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, 60000, 0},
+	} {
+		// A share of 20000: one body.
+		tp := rawProxy(t, Options{RequestBufferBytes: 20000, RequestBufferMemoryBytes: 16 * 20000, TrustedProxies: tc.trusted}, url)
+		full := testutil.ToFloat64(requestBufferFull)
+		first, firstBR := sendHalfFrom(t, tp, "127.0.0.1")
+		waitFor(t, 5*time.Second, tc.name+": the first upload held", func() bool { return testutil.ToFloat64(requestBuffered) == 20000 })
+		second, secondBR := sendHalfFrom(t, tp, "127.0.0.1")
+		other, otherBR := sendHalfFrom(t, tp, "127.0.0.2")
+		var held, streamed float64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if held, streamed = testutil.ToFloat64(requestBuffered), testutil.ToFloat64(requestBufferFull)-full; held == tc.held && streamed == tc.streamed {
+				break
+			}
+		}
+		if held != tc.held || streamed != tc.streamed {
+			t.Errorf("%s, two uploads from it and one from another: %v bytes held and %v bodies streamed, want %v and %v",
+				tc.name, held, streamed, tc.held, tc.streamed)
+		}
+		conns, readers := []net.Conn{first, second, other}, []*bufio.Reader{firstBR, secondBR, otherBR}
+		for i, c := range conns {
+			fmt.Fprint(c, strings.Repeat("b", 10000))
+			if resp, got := readResponse(t, readers[i], "POST"); resp.StatusCode != 200 || got != "20000" {
+				t.Errorf("%s: upload %d: %d %q, want 200 \"20000\"", tc.name, i, resp.StatusCode, got)
+			}
+		}
+		waitFor(t, 5*time.Second, tc.name+": the budget given back", func() bool { return testutil.ToFloat64(requestBuffered) == 0 })
+	}
+}
+
 // A client that stalls before its body is in gets a 408, one that goes away nothing;
 // both give their share of the budget back, and the backend sees neither.
 func TestUnfinishedBufferedBodiesReachNoBackend(t *testing.T) {
@@ -376,7 +418,18 @@ func TestStreamedBodyCutShortIsTheClientsFailure(t *testing.T) {
 // sendHalf starts an upload of 20000 bytes and sends the first half.
 func sendHalf(t *testing.T, tp *testProxy) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c := tp.dial(t)
+	return sendHalfFrom(t, tp, "127.0.0.1")
+}
+
+// sendHalfFrom is sendHalf from the local address from.
+func sendHalfFrom(t *testing.T, tp *testProxy, from string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(tp.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("a", 10000))
 	return c, bufio.NewReader(c)

@@ -30,7 +30,7 @@ var (
 	})
 	requestBufferFull = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tenantroute_proxy_request_buffer_full_total",
-		Help: "Request bodies streamed as they came, although small enough to be held whole, because the buffer's memory limit was reached.",
+		Help: "Request bodies streamed as they came, although small enough to be held whole, because the buffer's memory limit, or its client address's share of it, was reached.",
 	})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",

@@ -36,7 +36,8 @@ type Options struct {
 	// a backend connection is taken, so that a client sending it slowly holds a
 	// connection of its own only, not one of the backend's pool (negative: never).
 	// Larger bodies, chunked ones, and any body past RequestBufferMemoryBytes (the
-	// bodies held at once, in all) stream as they come.
+	// bodies held at once, in all; one client address holds a sixteenth of it, one
+	// body at least, and a trusted proxy is not held to that) stream as they come.
 	RequestBufferBytes       int
 	RequestBufferMemoryBytes int
 	// MaxRequestHeaderBytes bounds a request's line and header (431 past it).
