@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -71,5 +75,57 @@ func TestIdleDeadlineMovesPerConnectionNotPerRead(t *testing.T) {
 	start = time.Now()
 	if _, err := c.Read(b); !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) < idle {
 		t.Errorf("after the explicit deadline was lifted: %v after %v, want the idle timeout", err, time.Since(start))
+	}
+}
+
+// failingAccepts fails its first accepts with err.
+type failingAccepts struct {
+	net.Listener
+	fails atomic.Int64
+	err   error
+}
+
+func (l *failingAccepts) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// Out of descriptors, accepts fail until the connections being served give theirs
+// back. The proxy keeps its listener and serves again; fasthttp alone takes such an
+// error for the listener's end, and the proxy would stop.
+func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &failingAccepts{Listener: ln, err: &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(),
+		Err: os.NewSyscallError("accept4", syscall.EMFILE)}}
+	flaky.fails.Store(3)
+	b := okBackend(t)
+	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}), Options{})
+	srv := p.newServer()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(p.Listener(flaky)) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	select {
+	case err := <-served:
+		t.Fatalf("the server stopped on a failed accept: %v", err)
+	default:
+	}
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after three accepts out of descriptors: %v %v, want 200", resp, err)
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -162,11 +164,23 @@ var (
 )
 
 func (l *limitListener) Accept() (net.Conn, error) {
+	var wait time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			if !exhausted(err) {
+				return nil, err
+			}
+			// Out of descriptors or kernel memory: fasthttp would take the error as
+			// the listener's end and the proxy would stop, dropping every connection
+			// it serves. Those end, and give their descriptors back; the accept is
+			// tried again meanwhile (5 ms, doubling up to 1 s, as Go's net/http).
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			logAcceptError(err, wait)
+			time.Sleep(wait)
+			continue
 		}
+		wait = 0
 		ip := remoteAddr(c)
 		if reject := l.admit(ip); reject != nil {
 			observeRejectedConn(string(reject[9:12]))
@@ -181,6 +195,24 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		ic.linger = lingerTimeout
 		return ic, nil
 	}
+}
+
+// exhausted reports an accept that failed for want of a resource the connections
+// being served give back: descriptors (the process' or the system's) or buffers.
+func exhausted(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+var lastAcceptLog atomic.Int64
+
+// logAcceptError logs a failed accept, at most once a second.
+func logAcceptError(err error, retry time.Duration) {
+	now := time.Now().UnixNano()
+	if last := lastAcceptLog.Load(); now-last < int64(time.Second) || !lastAcceptLog.CompareAndSwap(last, now) {
+		return
+	}
+	backendLog.Info("accepting a client connection failed; trying again", "error", err.Error(), "retryIn", retry.String())
 }
 
 // lingerTimeout is how long a closing client connection is still read from, so that
