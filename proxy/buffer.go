@@ -34,6 +34,8 @@ func (p *Proxy) bufferBody(ctx *fasthttp.RequestCtx, body *clientBody) (release 
 	addr := remoteIP(ctx)
 	if p.opts.trusted(addr) {
 		addr = netip.Addr{}
+	} else {
+		addr = clientKey(addr)
 	}
 	if !p.buffers.take(n, addr) {
 		return nil, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -127,5 +128,38 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	}
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after three accepts out of descriptors: %v %v, want 200", resp, err)
+	}
+}
+
+// An IPv6 host is given a /64 and can send from any address in it: for the limits of
+// one address, the /64 is the address. IPv4 addresses count one by one.
+func TestOneIPv6HostIsOneAddress(t *testing.T) {
+	l := &connLimits{opts: &Options{MaxConns: 100, MaxConnsPerIP: 1}, perIP: map[netip.Addr]int{}}
+	for _, c := range []struct {
+		ip    string
+		admit bool
+	}{
+		{"2001:db8:1:2::1", true},
+		{"2001:db8:1:2:ffff::7", false}, // the same /64
+		{"2001:db8:1:3::1", true},       // the next /64
+		{"192.0.2.1", true},
+		{"192.0.2.2", true},
+	} {
+		if got := l.admit(netip.MustParseAddr(c.ip)) == nil; got != c.admit {
+			t.Errorf("%s admitted: %t, want %t", c.ip, got, c.admit)
+		}
+	}
+	l.release(netip.MustParseAddr("2001:db8:1:2::1"))
+	if l.admit(netip.MustParseAddr("2001:db8:1:2:ffff::7")) != nil {
+		t.Error("the /64's connection was given back, but another address of it is still refused")
+	}
+	b, one, other := newBufferBudget(16*20000, 20000), clientKey(netip.MustParseAddr("2001:db8::1")), clientKey(netip.MustParseAddr("2001:db8::2"))
+	if !b.take(20000, one) {
+		t.Fatal("a body of the share's size was not held")
+	}
+	defer b.give(20000, one) // the gauge is the package's
+	if b.take(20000, other) {
+		b.give(20000, other)
+		t.Error("two addresses of one /64 held two shares of the request buffer budget")
 	}
 }
