@@ -76,10 +76,33 @@ func (o *TLSOptions) redirectTarget(buf []byte, host, requestURI []byte) []byte 
 // and the ACME library retries a failed order for minutes unless the handshake's
 // context ends. With it, a handshake waits at most timeout, then fails and frees its
 // goroutine.
+//
+// The ClientHello itself must come within hello (the client header timeout, as a
+// plain request's header must): the longer timeout is for the certificate, and a
+// client that opens a connection and sends nothing would otherwise hold one of
+// --max-conns, shared with plain HTTP, three times as long as over plain HTTP.
 type tlsListener struct {
 	net.Listener
-	config  *tls.Config
-	timeout time.Duration
+	config         *tls.Config
+	hello, timeout time.Duration
+}
+
+func newTLSListener(ln net.Listener, config *tls.Config, hello, timeout time.Duration) *tlsListener {
+	config = config.Clone()
+	next := config.GetConfigForClient
+	config.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		// The ClientHello is in: the certificate and the rest of the handshake get
+		// what is left of the handshake's time. h.Conn is the connection under the
+		// TLS one.
+		if d, ok := h.Context().Deadline(); ok {
+			_ = h.Conn.SetReadDeadline(d)
+		}
+		if next != nil {
+			return next(h)
+		}
+		return nil, nil
+	}
+	return &tlsListener{Listener: ln, config: config, hello: min(hello, timeout), timeout: timeout}
 }
 
 func (l *tlsListener) Accept() (net.Conn, error) {
@@ -87,7 +110,7 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &handshakeConn{Conn: tls.Server(c, l.config), timeout: l.timeout}, nil
+	return &handshakeConn{Conn: tls.Server(c, l.config), hello: l.hello, timeout: l.timeout}, nil
 }
 
 // handshakeConn runs the handshake with its deadline on first use. It embeds
@@ -95,18 +118,19 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 // half-close it.
 type handshakeConn struct {
 	*tls.Conn
-	timeout time.Duration
-	done    atomic.Bool
+	hello, timeout time.Duration
+	done           atomic.Bool
 }
 
 func (c *handshakeConn) handshake() error {
 	if c.done.Load() {
 		return nil
 	}
-	// fasthttp set its header timeout as the read deadline; the handshake (an order on
-	// demand included) has its own, longer one. fasthttp sets the deadline of each
-	// request afterwards.
-	_ = c.SetReadDeadline(time.Now().Add(c.timeout))
+	// fasthttp set its header timeout as the read deadline; the ClientHello gets the
+	// same, and the rest of the handshake (an order on demand included) its own,
+	// longer one, from the ClientHello on (GetConfigForClient). fasthttp sets the
+	// deadline of each request afterwards.
+	_ = c.SetReadDeadline(time.Now().Add(c.hello))
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -83,15 +84,7 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 // client sending garbage instead of a ClientHello is closed at once; neither stops
 // a real client.
 func TestHostileTLSHandshakes(t *testing.T) {
-	ca := testenv.NewCA(t)
-	dir := t.TempDir()
-	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
-	ln, tln := listenPair(t)
-	be, _ := backend(t, "eu-west-a")
-	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}}}}
-	p := New(NewChain(ChainOptions{}, src), Options{MaxConnsPerIP: 8, ClientHeaderTimeout: 5 * time.Second})
-	enableHTTPS(t, p, tln, httpsTest{Options: certs.Options{CertDir: dir}, HandshakeTimeout: 500 * time.Millisecond})
-	serveTLS(t, p, ln, tln)
+	ca, tln := wildcardTLSProxy(t, Options{MaxConnsPerIP: 8, ClientHeaderTimeout: 5 * time.Second}, 500*time.Millisecond)
 
 	// Stalled handshakes, as many as one address may hold: half a ClientHello, then
 	// nothing.
@@ -171,6 +164,23 @@ func TestHostileTLSHandshakes(t *testing.T) {
 	if got := resp.Header.Get("X-Seen-Proto"); got != "https" {
 		t.Fatalf("backend saw X-Forwarded-Proto %q over TLS", got)
 	}
+}
+
+// wildcardTLSProxy serves a proxy with opts over HTTPS, a mounted certificate for
+// *.auth.example.com and a backend for acme.auth.example.com; it returns the CA and
+// the HTTPS listener.
+func wildcardTLSProxy(t *testing.T, opts Options, handshake time.Duration) (*testenv.CA, net.Listener) {
+	t.Helper()
+	ca := testenv.NewCA(t)
+	dir := t.TempDir()
+	ca.WriteSecret(t, filepath.Join(dir, "wildcard"), 10, "*.auth.example.com")
+	ln, tln := listenPair(t)
+	be, _ := backend(t, "eu-west-a")
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.auth.example.com": {Tenant: "acme", Region: "eu", Backends: []string{be.URL}}}}
+	p := New(NewChain(ChainOptions{}, src), opts)
+	enableHTTPS(t, p, tln, httpsTest{Options: certs.Options{CertDir: dir}, HandshakeTimeout: handshake})
+	serveTLS(t, p, ln, tln)
+	return ca, tln
 }
 
 func serveTLS(t *testing.T, p *Proxy, ln, tln net.Listener) {
@@ -285,5 +295,70 @@ func TestPlainPathsStayByteForByteWithHTTPSOn(t *testing.T) {
 		if len(seen) != 1 || seen[0].Path != target {
 			t.Fatalf("backend saw %+v, want the target %q byte for byte", seen, target)
 		}
+	}
+}
+
+// A TLS connection must bring its ClientHello within the client header timeout, as a
+// plain one its request header: the handshake's longer timeout is for a certificate
+// ordered on demand, and a client sending nothing would otherwise hold one of
+// --max-conns (shared with plain HTTP) for all of it.
+func TestAClientHelloComesWithinTheHeaderTimeout(t *testing.T) {
+	_, tln := wildcardTLSProxy(t, Options{ClientHeaderTimeout: 300 * time.Millisecond}, 10*time.Second)
+	for _, sent := range [][]byte{nil, {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}} { // nothing; half a ClientHello
+		c, err := net.Dial("tcp", tln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(sent); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+			t.Errorf("a connection that sent %d bytes of a ClientHello was still open after 5 s: %v", len(sent), err)
+		} else if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("a connection that sent %d bytes of a ClientHello was closed after %s; the header timeout is 300ms", len(sent), took)
+		}
+	}
+}
+
+// Once the ClientHello is in, the handshake has the rest of its own timeout: a
+// certificate that takes longer than the header timeout to come (an order on demand)
+// is still waited for.
+func TestACertificateMayTakeLongerThanTheClientHello(t *testing.T) {
+	ca := testenv.NewCA(t)
+	dir := t.TempDir()
+	ca.WriteSecret(t, dir, 10, "slow.example.com")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	ln := newTLSListener(inner, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		time.Sleep(800 * time.Millisecond)
+		return &cert, nil
+	}}, 200*time.Millisecond, 5*time.Second)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("ok"))
+	}()
+	c, err := tls.Dial("tcp", inner.Addr().String(), &tls.Config{ServerName: "slow.example.com", RootCAs: ca.Pool})
+	if err != nil {
+		t.Fatalf("a handshake whose certificate took 800 ms, with 200 ms for the ClientHello and 5 s in all: %v", err)
+	}
+	defer c.Close()
+	// The server's end finishes its handshake after the client's: cut short, it sends
+	// nothing.
+	if b, err := io.ReadAll(c); err != nil || string(b) != "ok" {
+		t.Fatalf("a handshake whose certificate took 800 ms, with 200 ms for the ClientHello and 5 s in all: the server sent %q (%v), want \"ok\"", b, err)
 	}
 }

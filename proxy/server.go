@@ -56,7 +56,7 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 		p.tls.Certificates.Listening(ln.Addr(), tln.Addr())
 		go p.tls.Certificates.Run(ctx)
 		limited := &limitListener{Listener: tln, connLimits: p.limits, silent: true}
-		secure := &tlsListener{Listener: limited, config: p.tls.Certificates.TLSConfig(), timeout: p.tls.HandshakeTimeout}
+		secure := newTLSListener(limited, p.tls.Certificates.TLSConfig(), p.opts.ClientHeaderTimeout, p.tls.HandshakeTimeout)
 		go func() { errs <- srv.Serve(secure) }()
 	}
 	select {
