@@ -35,7 +35,7 @@ func (p *Proxy) bufferBody(ctx *fasthttp.RequestCtx, body *clientBody) (release 
 	if p.opts.trusted(addr) {
 		addr = netip.Addr{}
 	} else {
-		addr = clientKey(addr)
+		addr = p.opts.clientKey(addr)
 	}
 	if !p.buffers.take(n, addr) {
 		return nil, nil

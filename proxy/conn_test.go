@@ -132,9 +132,13 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 }
 
 // An IPv6 host is given a /64 and can send from any address in it: for the limits of
-// one address, the /64 is the address. IPv4 addresses count one by one.
+// one address, the /64 is the address. IPv4 addresses count one by one, and so do
+// IPv6 addresses that each carry an IPv4 client (NAT64), or all of them when the
+// prefix is 128.
 func TestOneIPv6HostIsOneAddress(t *testing.T) {
-	l := &connLimits{opts: &Options{MaxConns: 100, MaxConnsPerIP: 1}, perIP: map[netip.Addr]int{}}
+	opts := Options{MaxConns: 100, MaxConnsPerIP: 1}
+	opts.defaults()
+	l := &connLimits{opts: &opts, perIP: map[netip.Addr]int{}}
 	for _, c := range []struct {
 		ip    string
 		admit bool
@@ -144,6 +148,8 @@ func TestOneIPv6HostIsOneAddress(t *testing.T) {
 		{"2001:db8:1:3::1", true},       // the next /64
 		{"192.0.2.1", true},
 		{"192.0.2.2", true},
+		{"64:ff9b::192.0.2.1", true}, // NAT64: an IPv4 client each
+		{"64:ff9b::192.0.2.2", true},
 	} {
 		if got := l.admit(netip.MustParseAddr(c.ip)) == nil; got != c.admit {
 			t.Errorf("%s admitted: %t, want %t", c.ip, got, c.admit)
@@ -153,7 +159,12 @@ func TestOneIPv6HostIsOneAddress(t *testing.T) {
 	if l.admit(netip.MustParseAddr("2001:db8:1:2:ffff::7")) != nil {
 		t.Error("the /64's connection was given back, but another address of it is still refused")
 	}
-	b, one, other := newBufferBudget(16*20000, 20000), clientKey(netip.MustParseAddr("2001:db8::1")), clientKey(netip.MustParseAddr("2001:db8::2"))
+	perAddress := Options{IPv6ClientPrefix: 128}
+	perAddress.defaults()
+	if perAddress.clientKey(netip.MustParseAddr("2001:db8:1:2::2")) == perAddress.clientKey(netip.MustParseAddr("2001:db8:1:2::3")) {
+		t.Error("with a prefix of 128, two addresses of one /64 count as one")
+	}
+	b, one, other := newBufferBudget(16*20000, 20000), opts.clientKey(netip.MustParseAddr("2001:db8::1")), opts.clientKey(netip.MustParseAddr("2001:db8::2"))
 	if !b.take(20000, one) {
 		t.Fatal("a body of the share's size was not held")
 	}

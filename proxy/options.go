@@ -61,6 +61,13 @@ type Options struct {
 	// addresses). Connections past a limit are answered 503 or 429 and closed.
 	MaxConns      int
 	MaxConnsPerIP int
+	// IPv6ClientPrefix is how much of an IPv6 address names one client for the limits
+	// of one address (MaxConnsPerIP, the request buffer's share): a host or a
+	// subscriber is given a /64 and can send from any address in it. 128 counts every
+	// address apart, for networks whose /64 holds many clients (a Kubernetes node's
+	// IPv6 pods calling the proxy directly). Addresses that carry an IPv4 client
+	// (NAT64's 64:ff9b::/96 and 64:ff9b:1::/48, Teredo's 2001::/32) count apart always.
+	IPv6ClientPrefix int
 	// TrustedProxies are the peers whose forwarding headers (X-Forwarded-*,
 	// Forwarded, X-Real-IP, True-Client-IP, CF-Connecting-IP and the like) are kept
 	// and extended; anyone else's are replaced or dropped.
@@ -128,6 +135,35 @@ func (o *Options) defaults() {
 	setInt(&o.MaxRequestHeaderBytes, DefaultMaxRequestHeaderBytes)
 	setInt(&o.MaxConns, DefaultMaxConns)
 	setInt(&o.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	if o.IPv6ClientPrefix <= 0 || o.IPv6ClientPrefix > 128 {
+		o.IPv6ClientPrefix = DefaultIPv6ClientPrefix
+	}
+}
+
+// DefaultIPv6ClientPrefix is Options.IPv6ClientPrefix's default.
+const DefaultIPv6ClientPrefix = 64
+
+// ipv4Carriers are the IPv6 prefixes whose addresses each carry an IPv4 client.
+var ipv4Carriers = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64, well-known (RFC 6052)
+	netip.MustParsePrefix("64:ff9b:1::/48"), // NAT64, local use (RFC 8215)
+	netip.MustParsePrefix("2001::/32"),      // Teredo (RFC 4380)
+}
+
+// clientKey is what a client address counts as for the limits of one address: an
+// IPv6 address by its IPv6ClientPrefix, so that one host cannot take a share for
+// each of the addresses it can send from.
+func (o *Options) clientKey(ip netip.Addr) netip.Addr {
+	if !ip.Is6() || o.IPv6ClientPrefix >= 128 {
+		return ip
+	}
+	for _, c := range ipv4Carriers {
+		if c.Contains(ip) {
+			return ip
+		}
+	}
+	p, _ := ip.Prefix(o.IPv6ClientPrefix)
+	return p.Addr()
 }
 
 // trusted reports whether a peer's forwarding headers are believed.

@@ -228,7 +228,7 @@ func (l *connLimits) admit(ip netip.Addr) []byte {
 	if l.opts.trusted(ip) {
 		return nil
 	}
-	key := clientKey(ip)
+	key := l.opts.clientKey(ip)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perIP[key] >= l.opts.MaxConnsPerIP {
@@ -244,23 +244,12 @@ func (l *connLimits) release(ip netip.Addr) {
 	if l.opts.trusted(ip) {
 		return
 	}
-	key := clientKey(ip)
+	key := l.opts.clientKey(ip)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perIP[key]--; l.perIP[key] <= 0 {
 		delete(l.perIP, key)
 	}
-}
-
-// clientKey is what a client address counts as for the limits of one address: an
-// IPv6 address by its /64, which a host or a subscriber is given whole, so that one
-// host cannot take a share for each of the addresses it can send from.
-func clientKey(ip netip.Addr) netip.Addr {
-	if !ip.Is6() {
-		return ip
-	}
-	p, _ := ip.Prefix(64)
-	return p.Addr()
 }
 
 func remoteAddr(c net.Conn) netip.Addr {
