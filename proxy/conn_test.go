@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -79,31 +80,38 @@ func TestIdleDeadlineMovesPerConnectionNotPerRead(t *testing.T) {
 	}
 }
 
-// failingAccepts fails its first accepts with err.
+// failingAccepts fails its first accepts with errs, in order.
 type failingAccepts struct {
 	net.Listener
-	fails atomic.Int64
-	err   error
+	mu   sync.Mutex
+	errs []error
 }
 
 func (l *failingAccepts) Accept() (net.Conn, error) {
-	if l.fails.Add(-1) >= 0 {
-		return nil, l.err
+	l.mu.Lock()
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, err
 	}
+	l.mu.Unlock()
 	return l.Listener.Accept()
 }
 
 // Out of descriptors, accepts fail until the connections being served give theirs
-// back. The proxy keeps its listener and serves again; fasthttp alone takes such an
-// error for the listener's end, and the proxy would stop.
+// back; and Linux's accept passes on the network error of the connection it took
+// (accept(2): EPROTO, ENETUNREACH...). The proxy keeps its listener and serves again;
+// fasthttp alone takes such an error for the listener's end, and the proxy would stop.
 func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	flaky := &failingAccepts{Listener: ln, err: &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(),
-		Err: os.NewSyscallError("accept4", syscall.EMFILE)}}
-	flaky.fails.Store(3)
+	failed := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(), Err: os.NewSyscallError("accept4", errno)}
+	}
+	flaky := &failingAccepts{Listener: ln, errs: []error{failed(syscall.EPROTO), failed(syscall.EMFILE), failed(syscall.EMFILE), failed(syscall.ENETUNREACH)}}
 	b := okBackend(t)
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}), Options{})
@@ -127,7 +135,7 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	default:
 	}
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("after three accepts out of descriptors: %v %v, want 200", resp, err)
+		t.Fatalf("after accepts that failed (EPROTO, EMFILE twice, ENETUNREACH): %v %v, want 200", resp, err)
 	}
 }
 

@@ -168,6 +168,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
+			if pendingNetworkError(err) {
+				continue // the connection's own failure, not the listener's (accept(2))
+			}
 			if !exhausted(err) {
 				return nil, err
 			}
@@ -202,6 +205,19 @@ func (l *limitListener) Accept() (net.Conn, error) {
 func exhausted(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// pendingNetworkError reports an accept that failed with the error of the
+// connection it took (Linux passes such errors on from accept): the next one may
+// succeed at once. Go retries ECONNABORTED itself.
+func pendingNetworkError(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ENETDOWN, syscall.EPROTO, syscall.ENOPROTOOPT, syscall.EHOSTDOWN,
+		syscall.EHOSTUNREACH, syscall.EOPNOTSUPP, syscall.ENETUNREACH} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 var lastAcceptLog atomic.Int64
