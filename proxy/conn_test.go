@@ -111,7 +111,8 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	failed := func(errno syscall.Errno) error {
 		return &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(), Err: os.NewSyscallError("accept4", errno)}
 	}
-	flaky := &failingAccepts{Listener: ln, errs: []error{failed(syscall.EPROTO), failed(syscall.EMFILE), failed(syscall.EMFILE), failed(syscall.ENETUNREACH)}}
+	flaky := &failingAccepts{Listener: ln, errs: []error{failed(syscall.EPROTO), failed(syscall.EMFILE), failed(syscall.EMFILE), failed(syscall.ENETUNREACH),
+		failed(syscall.EPERM), failed(syscall.ENOSPC)}}
 	b := okBackend(t)
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}), Options{})
@@ -135,7 +136,7 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	default:
 	}
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("after accepts that failed (EPROTO, EMFILE twice, ENETUNREACH): %v %v, want 200", resp, err)
+		t.Fatalf("after accepts that failed (EPROTO, EMFILE twice, ENETUNREACH, EPERM, ENOSPC): %v %v, want 200", resp, err)
 	}
 }
 

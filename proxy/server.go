@@ -201,18 +201,20 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // exhausted reports an accept that failed for want of a resource the connections
-// being served give back: descriptors (the process' or the system's) or buffers.
+// being served give back: descriptors (the process' or the system's), buffers, or
+// the poller's watches (ENOSPC from registering the new connection).
 func exhausted(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOSPC)
 }
 
 // pendingNetworkError reports an accept that failed with the error of the
-// connection it took (Linux passes such errors on from accept): the next one may
-// succeed at once. Go retries ECONNABORTED itself.
+// connection it took (Linux passes such errors on from accept), or that a firewall
+// rule refused (EPERM): the next one may succeed at once. Go retries ECONNABORTED
+// itself.
 func pendingNetworkError(err error) bool {
 	for _, e := range []syscall.Errno{syscall.ENETDOWN, syscall.EPROTO, syscall.ENOPROTOOPT, syscall.EHOSTDOWN,
-		syscall.EHOSTUNREACH, syscall.EOPNOTSUPP, syscall.ENETUNREACH} {
+		syscall.EHOSTUNREACH, syscall.EOPNOTSUPP, syscall.ENETUNREACH, syscall.EPERM} {
 		if errors.Is(err, e) {
 			return true
 		}
