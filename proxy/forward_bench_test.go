@@ -62,6 +62,6 @@ func BenchmarkForward(b *testing.B) {
 			b.Fatal(err)
 		}
 		u.pool.Dial = dial
-		run(b, p.ServeFastHTTP, p.newServer(), p.Listener)
+		run(b, p.serve, p.newServer(), p.Listener)
 	})
 }

@@ -54,8 +54,9 @@ const smallBody = 64 << 10
 
 var hostBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// ServeFastHTTP is the proxy's request handler.
-func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+// serve is the proxy's request handler. It is only served by newServer's server,
+// whose ConnState hook releases what a hand-over that never came holds (hijack).
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	bufp := hostBufs.Get().(*[]byte)
 	defer hostBufs.Put(bufp)
 	req := &ctx.Request

@@ -92,7 +92,7 @@ func (p *Proxy) drain(srv *fasthttp.Server, delay time.Duration) {
 // reads and writes of bodies is bounded by the listener's connections.
 func (p *Proxy) newServer() *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler: p.ServeFastHTTP,
+		Handler: p.serve,
 		Name:    "tenantroute",
 		// Applied from a request's first byte to the end of its header (the proxy
 		// lifts it once the header is in: bodies are bounded between reads).
