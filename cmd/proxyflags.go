@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/tenantroute/tenantroute-operator/proxy"
@@ -30,7 +31,15 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "Then, how long requests, streams and WebSocket tunnels in flight may take to finish (tunnels get a close frame) before the proxy exits.")
 	fs.IntVar(&o.MaxConns, "max-conns", proxy.DefaultMaxConns, "Client connections at most (503 past it).")
 	fs.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", proxy.DefaultMaxConnsPerIP, "Client connections from one address at most, an IPv6 address counting by its --ipv6-client-prefix (429 past it); trusted proxies are exempt.")
-	fs.IntVar(&o.IPv6ClientPrefix, "ipv6-client-prefix", proxy.DefaultIPv6ClientPrefix, "Bits of an IPv6 address that name one client for the limits of one address (a host is given a /64); 128 counts every address apart.")
+	o.IPv6ClientPrefix = proxy.DefaultIPv6ClientPrefix
+	fs.Func("ipv6-client-prefix", "Bits of an IPv6 address that name one client for the limits of one address (a host is given a /64); 128 counts every address apart. (default 64)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 128 {
+			return fmt.Errorf("%q is not a prefix length from 1 to 128", v)
+		}
+		o.IPv6ClientPrefix = n
+		return nil
+	})
 	fs.Func("trusted-proxies", "Comma-separated CIDRs or addresses of load balancers/CDNs whose X-Forwarded-*, Forwarded, X-Real-IP and True-Client-IP headers are kept and extended; everyone else's are replaced.", func(v string) error {
 		prefixes, err := parsePrefixes(v)
 		o.TrustedProxies = append(o.TrustedProxies, prefixes...)

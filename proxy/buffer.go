@@ -30,13 +30,7 @@ func (p *Proxy) bufferBody(ctx *fasthttp.RequestCtx, body *clientBody) (release 
 	if n <= preRead || n > p.opts.RequestBufferBytes {
 		return nil, nil
 	}
-	// A trusted proxy speaks for many clients: it has no share of its own.
-	addr := remoteIP(ctx)
-	if p.opts.trusted(addr) {
-		addr = netip.Addr{}
-	} else {
-		addr = p.opts.clientKey(addr)
-	}
+	addr, _ := p.opts.clientKey(remoteIP(ctx)) // a trusted proxy's: none, no share of its own
 	if !p.buffers.take(n, addr) {
 		return nil, nil
 	}

@@ -170,10 +170,11 @@ func TestOneIPv6HostIsOneAddress(t *testing.T) {
 	}
 	perAddress := Options{IPv6ClientPrefix: 128}
 	perAddress.defaults()
-	if perAddress.clientKey(netip.MustParseAddr("2001:db8:1:2::2")) == perAddress.clientKey(netip.MustParseAddr("2001:db8:1:2::3")) {
+	keyOf := func(o *Options, addr string) netip.Addr { k, _ := o.clientKey(netip.MustParseAddr(addr)); return k }
+	if keyOf(&perAddress, "2001:db8:1:2::2") == keyOf(&perAddress, "2001:db8:1:2::3") {
 		t.Error("with a prefix of 128, two addresses of one /64 count as one")
 	}
-	b, one, other := newBufferBudget(16*20000, 20000), opts.clientKey(netip.MustParseAddr("2001:db8::1")), opts.clientKey(netip.MustParseAddr("2001:db8::2"))
+	b, one, other := newBufferBudget(16*20000, 20000), keyOf(&opts, "2001:db8::1"), keyOf(&opts, "2001:db8::2")
 	if !b.take(20000, one) {
 		t.Fatal("a body of the share's size was not held")
 	}

@@ -99,6 +99,7 @@ const (
 	DefaultTunnelIdleTimeout        = 10 * time.Minute
 	DefaultMaxConns                 = 10000
 	DefaultMaxConnsPerIP            = 256
+	DefaultIPv6ClientPrefix         = 64
 	DefaultShutdownDelay            = 5 * time.Second
 	DefaultShutdownTimeout          = 30 * time.Second
 )
@@ -140,9 +141,6 @@ func (o *Options) defaults() {
 	}
 }
 
-// DefaultIPv6ClientPrefix is Options.IPv6ClientPrefix's default.
-const DefaultIPv6ClientPrefix = 64
-
 // ipv4Carriers are the IPv6 prefixes whose addresses each carry an IPv4 client.
 var ipv4Carriers = []netip.Prefix{
 	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64, well-known (RFC 6052)
@@ -150,20 +148,25 @@ var ipv4Carriers = []netip.Prefix{
 	netip.MustParsePrefix("2001::/32"),      // Teredo (RFC 4380)
 }
 
-// clientKey is what a client address counts as for the limits of one address: an
-// IPv6 address by its IPv6ClientPrefix, so that one host cannot take a share for
-// each of the addresses it can send from.
-func (o *Options) clientKey(ip netip.Addr) netip.Addr {
+// clientKey is what a client address counts as for the limits of one address
+// (MaxConnsPerIP, the request buffer's share), and whether they hold for it: not for
+// a trusted proxy, which speaks for many clients. An IPv6 address counts by its
+// IPv6ClientPrefix, so that one host cannot take a share for each of the addresses
+// it can send from.
+func (o *Options) clientKey(ip netip.Addr) (key netip.Addr, limited bool) {
+	if o.trusted(ip) {
+		return netip.Addr{}, false
+	}
 	if !ip.Is6() || o.IPv6ClientPrefix >= 128 {
-		return ip
+		return ip, true
 	}
 	for _, c := range ipv4Carriers {
 		if c.Contains(ip) {
-			return ip
+			return ip, true
 		}
 	}
 	p, _ := ip.Prefix(o.IPv6ClientPrefix)
-	return p.Addr()
+	return p.Addr(), true
 }
 
 // trusted reports whether a peer's forwarding headers are believed.

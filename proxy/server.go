@@ -243,10 +243,10 @@ func (l *connLimits) admit(ip netip.Addr) []byte {
 		l.total.Add(-1)
 		return tooManyConns
 	}
-	if l.opts.trusted(ip) {
+	key, limited := l.opts.clientKey(ip)
+	if !limited {
 		return nil
 	}
-	key := l.opts.clientKey(ip)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perIP[key] >= l.opts.MaxConnsPerIP {
@@ -259,10 +259,10 @@ func (l *connLimits) admit(ip netip.Addr) []byte {
 
 func (l *connLimits) release(ip netip.Addr) {
 	l.total.Add(-1)
-	if l.opts.trusted(ip) {
+	key, limited := l.opts.clientKey(ip)
+	if !limited {
 		return
 	}
-	key := l.opts.clientKey(ip)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perIP[key]--; l.perIP[key] <= 0 {

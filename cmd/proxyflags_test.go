@@ -1,0 +1,32 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/tenantroute/tenantroute-operator/proxy"
+)
+
+// An IPv6 client prefix outside 1-128 is refused at start with the value named,
+// rather than replaced by the default without a word.
+func TestIPv6ClientPrefixOutOfRangeIsRefused(t *testing.T) {
+	parse := func(args ...string) (proxy.Options, error) {
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var o proxy.Options
+		bindProxyFlags(fs, &o, &proxy.ChainOptions{})
+		return o, fs.Parse(args)
+	}
+	if o, err := parse(); err != nil || o.IPv6ClientPrefix != proxy.DefaultIPv6ClientPrefix {
+		t.Errorf("no flag: %d %v, want the default %d", o.IPv6ClientPrefix, err, proxy.DefaultIPv6ClientPrefix)
+	}
+	if o, err := parse("--ipv6-client-prefix=56"); err != nil || o.IPv6ClientPrefix != 56 {
+		t.Errorf("--ipv6-client-prefix=56: %d %v", o.IPv6ClientPrefix, err)
+	}
+	for _, bad := range []string{"0", "129", "-1", "64x"} {
+		if _, err := parse("--ipv6-client-prefix=" + bad); err == nil {
+			t.Errorf("--ipv6-client-prefix=%s was taken", bad)
+		}
+	}
+}
