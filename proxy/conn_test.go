@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // deadlineCounter counts the read deadlines set on a connection.
@@ -116,6 +118,7 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	b := okBackend(t)
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}), Options{})
+	exhausted0, network0 := testutil.ToFloat64(acceptExhausted), testutil.ToFloat64(acceptNetwork)
 	srv := p.newServer()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(p.Listener(flaky)) }()
@@ -137,6 +140,10 @@ func TestAnAcceptOutOfDescriptorsIsTriedAgain(t *testing.T) {
 	}
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after accepts that failed (EPROTO, EMFILE twice, ENETUNREACH, EPERM, ENOSPC): %v %v, want 200", resp, err)
+	}
+	// An operator sees them: a proxy at its descriptor limit is otherwise only a log line.
+	if e, n := testutil.ToFloat64(acceptExhausted)-exhausted0, testutil.ToFloat64(acceptNetwork)-network0; e != 3 || n != 3 {
+		t.Errorf("accept errors counted: %v exhausted and %v network, want 3 and 3", e, n)
 	}
 }
 

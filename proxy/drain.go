@@ -37,6 +37,9 @@ type handedOver struct {
 	// release (see hijack); pendingN is its length, read without mu.
 	pending  map[net.Conn]func()
 	pendingN atomic.Int32
+	// abandoned counts the hand-overs released by connState rather than by their
+	// handler: the tests read it to know which of the two paths they took.
+	abandoned atomic.Int64
 }
 
 // hijack hands ctx's connection to h, which is given what release frees (a backend
@@ -107,6 +110,7 @@ func (h *handedOver) connState(c net.Conn, state fasthttp.ConnState) {
 	h.mu.Unlock()
 	if ok && state == fasthttp.StateClosed {
 		release()
+		h.abandoned.Add(1)
 		h.end()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -572,8 +573,17 @@ func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
 		}
 		_ = conn.(*net.TCPConn).SetLinger(0) // a reset: the held-back answer cannot be sent
 		_ = conn.Close()
+		abandoned := tp.p.handed.abandoned.Load()
 		answer <- struct{}{}
+		// The path under test, not the handler's (which releases too): fasthttp's send
+		// of the held-back answer failed and it closed the connection.
+		waitFor(t, 5*time.Second, "the failed hand-over released by the connection's close", func() bool {
+			return tp.p.handed.abandoned.Load() == abandoned+1
+		})
 	}
+	// A collection would close the WebSocket's leaked backend connection by its
+	// finalizer, and pass the test for the wrong reason.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 
 	goAway("GET /first HTTP/1.0\r\nHost: acme.example.com\r\nConnection: keep-alive\r\n\r\n" +
 		"GET /stream HTTP/1.0\r\nHost: acme.example.com\r\nConnection: keep-alive\r\n\r\n")

@@ -24,6 +24,10 @@ var (
 		Name: "tenantroute_proxy_rejected_connections_total",
 		Help: "Client connections refused at accept by a connection limit, by the status sent (503: MaxConns, 429: MaxConnsPerIP).",
 	}, []string{"code"})
+	acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_accept_errors_total",
+		Help: "Client connections whose accept failed and was tried again, by reason (exhausted: out of file descriptors, kernel memory or poller watches, tried again after a backoff; network: the connection's own network error or a firewall rule, tried again at once).",
+	}, []string{"reason"})
 	requestBuffered = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tenantroute_proxy_request_buffer_bytes",
 		Help: "Bytes of request bodies held whole before their backend is asked; at the buffer's memory limit, bodies stream instead.",
@@ -40,8 +44,9 @@ var (
 
 	// requestCounters caches the counter of each status code and outcome, so the hot
 	// path does not hash label values.
-	requestCounters [600][numOutcomes]atomic.Pointer[prometheus.Counter]
-	memoryLookups   [numOutcomes]prometheus.Counter
+	requestCounters                [600][numOutcomes]atomic.Pointer[prometheus.Counter]
+	memoryLookups                  [numOutcomes]prometheus.Counter
+	acceptExhausted, acceptNetwork prometheus.Counter
 )
 
 func init() {
@@ -60,6 +65,7 @@ func init() {
 	for _, code := range []string{"503", "429"} {
 		rejectedConns.WithLabelValues(code)
 	}
+	acceptExhausted, acceptNetwork = acceptErrors.WithLabelValues("exhausted"), acceptErrors.WithLabelValues("network")
 }
 
 // declareLayer starts a lookup layer's counters at zero.
@@ -71,7 +77,7 @@ func declareLayer(layer string) {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, kvRejected, requestBuffered, requestBufferFull} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, acceptErrors, kvRejected, requestBuffered, requestBufferFull} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -57,6 +57,7 @@ func backend(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
 }
 
 type testProxy struct {
+	p      *Proxy
 	url    string
 	src    *fakeLayer
 	client *http.Client
@@ -78,7 +79,7 @@ func serveProxy(t testing.TB, p *Proxy) *testProxy {
 	srv := p.newServer()
 	go func() { _ = srv.Serve(p.Listener(ln)) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	return &testProxy{url: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second}}
+	return &testProxy{p: p, url: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second}}
 }
 
 func (tp *testProxy) get(t *testing.T, host, path string, header http.Header) *http.Response {

@@ -169,6 +169,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			if pendingNetworkError(err) {
+				acceptNetwork.Inc()
 				continue // the connection's own failure, not the listener's (accept(2))
 			}
 			if !exhausted(err) {
@@ -178,6 +179,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			// the listener's end and the proxy would stop, dropping every connection
 			// it serves. Those end, and give their descriptors back; the accept is
 			// tried again meanwhile (5 ms, doubling up to 1 s, as Go's net/http).
+			acceptExhausted.Inc()
 			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
 			logAcceptError(err, wait)
 			time.Sleep(wait)
