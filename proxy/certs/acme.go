@@ -20,8 +20,9 @@ import (
 //     a hostname with a known route (a stale one included) passes, so that a replica
 //     whose lookups are degraded still serves certificates others obtained.
 //   - beforeOrder (the cert_obtaining event, after the storage was checked under the
-//     lock) says whether an order may be placed now: only for a hostname a fresh
-//     lookup routes, and not while its last orders failed (shared backoff).
+//     lock) says whether an order, a renewal's included, may be placed now: only for
+//     a hostname a fresh lookup routes, and not while its last orders failed (shared
+//     backoff).
 func (m *Manager) setupACME() {
 	o := m.opts.ACME
 	var magic *certmagic.Config
@@ -98,9 +99,13 @@ func (m *Manager) stored(ctx context.Context, name string) bool {
 	return m.magic.Storage.Exists(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name))
 }
 
-// beforeOrder is the last word before an order (not a renewal) is placed, after the
-// library found no certificate in storage under the lock. Refusals are final for this
-// attempt (ErrNoRetry): the library would otherwise retry within minutes.
+// beforeOrder is the last word before an order is placed: a first one, after the
+// library found no certificate in storage under the lock, or a renewal. Renewals need
+// it as much: the library renews an on-demand certificate from the handshakes that
+// find it due, one attempt (with its own retries, for 5 minutes) after another for as
+// long as they fail, which for a hostname whose DNS moved away is dozens of failed
+// orders an hour, and the CA's limits on those are per account. Refusals are final
+// for this attempt (ErrNoRetry): the library would otherwise retry within minutes.
 func (m *Manager) beforeOrder(ctx context.Context, name string) error {
 	if known, err := m.router.Routed(ctx, name, true); !known {
 		if err == nil {
@@ -165,22 +170,22 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 	renewal, _ := data["renewal"].(bool)
 	switch event {
 	case "cert_obtaining":
-		if !renewal {
-			return m.beforeOrder(ctx, name)
-		}
+		return m.beforeOrder(ctx, name)
 	case "cert_failed":
 		err, _ := data["error"].(error)
 		if err == nil {
 			err = errors.New("unknown error")
 		}
-		if errors.Is(err, errOrderBackoff) || errors.Is(err, errNotRouted) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil // refused by the gate, or cut by the handshake's end: not the CA's answer
+		if errors.Is(err, errOrderBackoff) || errors.Is(err, errNotRouted) || errors.Is(err, context.Canceled) {
+			return nil // refused by the gate, or stopped with the proxy: not the CA's answer
 		}
+		// An order cut by its deadline (the handshake's, for a first one) is a failure
+		// like any: the CA or the validation took longer than a client waits, and the
+		// next handshake would otherwise place another order at once. A client cannot
+		// cause it: closing its connection does not end the handshake's context.
 		observeIssuance(renewal, false)
 		m.served.failed(name, err.Error(), renewal)
-		if !renewal { // renewals have the library's own backoff, and a certificate to serve meanwhile
-			m.orderFailed(context.WithoutCancel(ctx), name)
-		}
+		m.orderFailed(context.WithoutCancel(ctx), name)
 	case "cert_obtained":
 		observeIssuance(renewal, true)
 		m.served.forget(name)

@@ -177,7 +177,13 @@ func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 	if m.magic != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
 		// A CA validating a TLS-ALPN-01 challenge offers that protocol alone (RFC 8737);
 		// a client offering it beside others is an ordinary handshake, which must not
-		// skip the mounted certificates into an order.
+		// skip the mounted certificates into an order. A challenge is only ever solved
+		// for a routed hostname: any other name would cost a storage read and an error
+		// line in the library's log, with an SNI of the client's choosing, per handshake.
+		if known, _ := m.router.Routed(hello.Context(), hello.ServerName, false); !known {
+			observeHandshake("not_routed")
+			return nil, errNotRouted
+		}
 		return m.magic.GetCertificate(hello)
 	}
 	name := strings.TrimSuffix(strings.ToLower(hello.ServerName), ".")
@@ -229,7 +235,16 @@ func (m *Manager) CanServe(host string) bool {
 	if m.mounted != nil && m.mounted.match(host) != nil {
 		return true
 	}
-	return m.cache != nil && len(m.cache.AllMatchingCertificates(host)) > 0
+	if m.cache == nil {
+		return false
+	}
+	// An expired certificate stays in the library's cache while its renewals fail.
+	for _, c := range m.cache.AllMatchingCertificates(host) {
+		if !c.Expired() {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Manager) String() string {
