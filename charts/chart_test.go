@@ -409,6 +409,11 @@ func TestValuesGuards(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "proxyFleet.enabled needs lookup.enabled") {
 		t.Errorf("a proxy fleet without the lookup endpoint: %v", err)
 	}
+	// Each pod's own storage, lost at every rollout: every hostname ordered again.
+	_, _, err = renderAs(releaseName, map[string]any{"tls": map[string]any{"enabled": true, "acme": map[string]any{"ca": "https://acme.example/directory"}}})
+	if err == nil || !strings.Contains(err.Error(), "tls.acme.ca needs Redis") {
+		t.Errorf("ACME without Redis: %v", err)
+	}
 
 	long := strings.Repeat("r", 53) // Helm's limit on release names
 	_, manifest, err := renderAs(long, values(t, "ci/all-on-values.yaml"))

@@ -113,7 +113,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- with .Values.tls.acme.ca }}
 - --acme-ca={{ . }}
-- --acme-storage-dir=/var/lib/tenantroute/acme
 {{- end }}
 {{- with .Values.tls.acme.email }}
 - --acme-email={{ . }}
@@ -129,9 +128,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- range .Values.tls.certificateSecrets }}
 - {name: cert-{{ . }}, mountPath: /etc/tenantroute/certs/{{ . }}, readOnly: true}
 {{- end }}
-{{- if .Values.tls.acme.ca }}
-- {name: acme, mountPath: /var/lib/tenantroute/acme}
-{{- end }}
 {{- if .Values.tls.acme.caRootsSecret.name }}
 - {name: acme-roots, mountPath: /etc/tenantroute/acme-roots, readOnly: true}
 {{- end }}
@@ -145,10 +141,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   secret:
     secretName: {{ . }}
     items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]
-{{- end }}
-{{- if .Values.tls.acme.ca }}
-# Used only without Redis (with Redis the certificates are shared there).
-- {name: acme, emptyDir: {}}
 {{- end }}
 {{- if .Values.tls.acme.caRootsSecret.name }}
 - name: acme-roots
