@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -92,7 +94,10 @@ func main() {
 
 	flag.StringVar(&c.proxyAddr, "proxy-bind-address", ":8088", "Address the routing proxy listens on; 0 disables the embedded proxy.")
 	flag.StringVar(&c.lookupAddr, "lookup-bind-address", ":8082", "Address of the read-only route lookup endpoint (GET /v1/routes?host=) standalone proxies use; 0 disables it.")
-	flag.StringVar(&c.lookupURL, "lookup-url", "", "--mode=proxy: base URL of the operator's lookup endpoint, e.g. http://tenantroute-lookup.tenantroute-system.svc:8082.")
+	flag.Func("lookup-url", "--mode=proxy: base URL of the operator's lookup endpoint, e.g. http://tenantroute-lookup.tenantroute-system.svc:8082.", func(v string) (err error) {
+		c.lookupURL, err = lookupBaseURL(v)
+		return err
+	})
 	bindSharedFlags(flag.CommandLine, &c.shared)
 	flag.DurationVar(&c.chain.TTL, "route-cache-ttl", 30*time.Second, "How long the proxy keeps a route in memory; hot routes are refreshed before.")
 	flag.DurationVar(&c.chain.MaxStale, "route-max-stale", time.Hour, "How long past its TTL a route is served when every source fails.")
@@ -224,6 +229,16 @@ func runAll(ctx context.Context, c config) error {
 	}
 	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
 	return mgr.Start(ctx)
+}
+
+// lookupBaseURL checks the lookup endpoint's base URL and drops a trailing slash,
+// which would make every lookup ask //v1/routes and fail.
+func lookupBaseURL(v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q is not an http(s)://host[:port][/path] URL", v)
+	}
+	return strings.TrimRight(v, "/"), nil
 }
 
 // runProxy runs the proxy alone: routes from memory, then Redis, then the operator's

@@ -30,3 +30,22 @@ func TestIPv6ClientPrefixOutOfRangeIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The lookup endpoint's URL is checked at start; a trailing slash, which made every
+// lookup ask //v1/routes, is dropped.
+func TestLookupURLIsCheckedAtStart(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://tenantroute-lookup.tenantroute-system.svc:8082":  "http://tenantroute-lookup.tenantroute-system.svc:8082",
+		"http://tenantroute-lookup.tenantroute-system.svc:8082/": "http://tenantroute-lookup.tenantroute-system.svc:8082",
+		"https://lookup.example.com/tenantroute/":                "https://lookup.example.com/tenantroute",
+	} {
+		if got, err := lookupBaseURL(in); err != nil || got != want {
+			t.Errorf("%s: %q %v, want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"tenantroute-lookup:8082", "ftp://lookup", "http://", "http://lookup:8082/?x=1", "http://lookup#f"} {
+		if got, err := lookupBaseURL(bad); err == nil {
+			t.Errorf("%s was taken as %q", bad, got)
+		}
+	}
+}

@@ -235,9 +235,14 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 		case err == nil:
 			c.opts.Observe(l.Name(), "hit")
 			cr := newCachedRoute(r)
+			// Checked before and after the store: an Invalidate between the first check
+			// and the store is seen by the second, and one after it deletes the entry.
 			if current() {
 				c.store(host, cr)
 				c.negative.delete(host)
+				if !current() {
+					c.cache.delete(host)
+				}
 			}
 			return cr, OutcomeResolved
 		case errors.Is(err, ErrNotFound):
@@ -246,6 +251,9 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 				c.cache.delete(host)
 				if current() {
 					c.negative.put(host, time.Now().Add(c.opts.NegativeTTL).UnixNano())
+					if !current() {
+						c.negative.delete(host)
+					}
 				}
 				return nil, OutcomeNotFound
 			}
@@ -260,8 +268,15 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 	// cache and one background refresh a second tries the layers again.
 	now := time.Now()
 	if e := c.cache.get([]byte(host)); e != nil && now.UnixNano() < e.staleUntil {
-		c.cache.put(host, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
-			expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
+		// An invalidated entry is not put back (it would keep putting itself back
+		// every second while the layers fail).
+		if current() {
+			c.cache.put(host, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
+				expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
+			if !current() {
+				c.cache.delete(host)
+			}
+		}
 		return e.route, OutcomeStale
 	}
 	return nil, OutcomeError

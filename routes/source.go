@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -204,7 +205,12 @@ func (s HTTPSource) Lookup(ctx context.Context, host string) (Route, error) {
 		}
 		return r, nil
 	case http.StatusNotFound:
-		return Route{}, ErrNotFound
+		// Only the endpoint's own answer (JSON) means "no route": a 404 from anything
+		// else on the way (a wrong path in the URL, an ingress's default backend) taken
+		// as one would drop every route the proxy knows and answer 404 for all.
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+			return Route{}, ErrNotFound
+		}
 	}
 	return Route{}, fmt.Errorf("lookup endpoint answered %s", resp.Status)
 }
