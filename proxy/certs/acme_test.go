@@ -146,3 +146,24 @@ func TestAnExpiredCertificateIsNotRedirectedTo(t *testing.T) {
 		t.Error("a hostname with a valid certificate is not redirected to HTTPS")
 	}
 }
+
+// TestACertificateIsNotServedForAHostnameThatLostItsRoute: the library answers from
+// its cache without asking whether the hostname may still have a certificate.
+func TestACertificateIsNotServedForAHostnameThatLostItsRoute(t *testing.T) {
+	router := routedNames{"shop.test": true}
+	m := acmeManager(t, router, &certmagic.FileStorage{Path: t.TempDir()}, nil)
+	if _, err := m.magic.CacheUnmanagedTLSCertificate(context.Background(), selfSigned(t, "shop.test", time.Now().Add(time.Hour)), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, peer := net.Pipe()
+	defer conn.Close()
+	defer peer.Close()
+	hello := &tls.ClientHelloInfo{ServerName: "shop.test", Conn: conn}
+	if _, err := m.GetCertificate(hello); err != nil {
+		t.Fatalf("a routed hostname with a certificate: %v", err)
+	}
+	delete(router, "shop.test")
+	if c, err := m.GetCertificate(hello); err == nil {
+		t.Fatalf("a hostname without a route is still served its certificate: %v", c.Leaf.DNSNames)
+	}
+}

@@ -208,6 +208,13 @@ func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 		observeHandshake("no_certificate")
 		return nil, errNoCertificate
 	}
+	// The library answers from its cache without asking decide: a hostname that lost
+	// its route (released, moved out of a verified domain) would be served its
+	// certificate until the renewal window, weeks on. A failed lookup does not refuse.
+	if known, err := m.router.Routed(hello.Context(), name, false); !known && err == nil {
+		observeHandshake("not_routed")
+		return nil, errNotRouted
+	}
 	c, err := m.magic.GetCertificate(hello)
 	if err != nil {
 		switch {
