@@ -7,34 +7,50 @@ import (
 	"strings"
 )
 
-// postIDs reads the ids of result.posts from a batch answer, in order, one element at
-// a time. Cloudflare answers a batch with every record it touched in full; the SDK
-// read the answer whole, then decoded it, so that each batch in flight held it
-// twice and its records once more, where only the created records' ids are needed.
-func postIDs(answer io.Reader) ([]string, error) {
+// batchAnswer is what a batch answer says that the provider uses: whether it
+// succeeded, and the records created. Cloudflare answers a batch with every record it
+// touched in full; the SDK read the answer whole, then decoded it, so that each batch
+// in flight held it twice and its records once more, where only the created records'
+// ids (and what they are, to tell them apart) are needed.
+type batchAnswer struct {
+	success bool
+	posts   []posted
+}
+
+// posted is a record the batch created.
+type posted struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Content string `json:"content"`
+}
+
+// readBatchAnswer reads a batch answer one element at a time.
+func readBatchAnswer(answer io.Reader) (batchAnswer, error) {
 	dec := json.NewDecoder(answer)
-	var ids []string
+	var a batchAnswer
 	err := members(dec, func(key string) error {
 		// Keys match as encoding/json, which the SDK used, matches them: any case.
-		if !strings.EqualFold(key, "result") {
+		switch {
+		case strings.EqualFold(key, "success"):
+			return dec.Decode(&a.success)
+		case !strings.EqualFold(key, "result"):
 			return skip(dec)
 		}
 		return members(dec, func(key string) error {
 			if !strings.EqualFold(key, "posts") {
 				return skip(dec)
 			}
-			ids = ids[:0] // a member given twice counts once, the last, as encoding/json reads it
+			a.posts = a.posts[:0] // a member given twice counts once, the last, as encoding/json reads it
 			return elements(dec, func() error {
-				var post struct {
-					ID string `json:"id"`
-				}
+				var post posted
 				if err := dec.Decode(&post); err != nil {
 					return err
 				}
 				if post.ID == "" {
-					return fmt.Errorf("post %d has no id", len(ids))
+					return fmt.Errorf("post %d has no id", len(a.posts))
 				}
-				ids = append(ids, post.ID)
+				a.posts = append(a.posts, post)
 				return nil
 			})
 		})
@@ -46,7 +62,7 @@ func postIDs(answer io.Reader) ([]string, error) {
 			err = nil
 		}
 	}
-	return ids, err
+	return a, err
 }
 
 // members calls member for each key of the object that comes next, which must read

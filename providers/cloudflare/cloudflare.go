@@ -452,19 +452,71 @@ func (p *Provider) send(ctx context.Context, zone providers.Zone, batch []provid
 		}
 		return nil, err
 	}
-	posts, err := postIDs(answer.Body)
+	a, err := readBatchAnswer(answer.Body)
 	_ = answer.Body.Close()
 	if err != nil {
 		// Applied (2xx), but which records were created, with which ids, is unknown
 		// until the zone is listed again.
 		return nil, providers.Unsure(p.transient("ApplyChanges", "reading the batch answer: %v", err))
 	}
-	return p.applied(batch, body, placements, posts)
+	if !a.success {
+		// A batch is one transaction, refused with an error status; a 2xx that does not
+		// say it succeeded (a proxy on the way, a broken answer) proves nothing, and a
+		// batch of patches and deletes alone would otherwise count as done unchecked:
+		// a failover's move is such a batch.
+		return nil, providers.Unsure(p.transient("ApplyChanges", "a 2xx batch answer that does not say it succeeded"))
+	}
+	ids, err := postIDs(body.Posts, a.posts)
+	if err != nil {
+		return nil, providers.Unsure(p.transient("ApplyChanges", "%v", err))
+	}
+	return p.applied(batch, placements, ids)
+}
+
+// postIDs gives each record sent to be created the id the answer gave it. The answer
+// lists them in the order sent (the API's and the emulator's behaviour), which is
+// checked: ids taken by position from an answer in another order would cross between
+// the tenants of one batch, and a later delete by id would remove another's record.
+// Out of order, each is found by name and type, and by content among several.
+func postIDs(sent []batchRecord, got []posted) ([]string, error) {
+	if len(got) != len(sent) {
+		return nil, fmt.Errorf("the batch answer has %d created records, %d were sent", len(got), len(sent))
+	}
+	fold := func(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
+	named := func(s batchRecord, g posted) bool {
+		return fold(s.Type) == fold(g.Type) && fold(s.Name) == fold(g.Name)
+	}
+	ids := make([]string, len(sent))
+	inOrder := true
+	for i := range sent {
+		ids[i] = got[i].ID
+		inOrder = inOrder && named(sent[i], got[i])
+	}
+	if inOrder {
+		return ids, nil
+	}
+	used := make([]bool, len(got))
+	for i, s := range sent {
+		j := -1
+		for k, g := range got {
+			if !used[k] && named(s, g) && (j < 0 || fold(g.Content) == fold(s.Content)) {
+				if j = k; fold(g.Content) == fold(s.Content) {
+					break
+				}
+			}
+		}
+		if j < 0 {
+			return nil, fmt.Errorf("the batch answer has no created record %s %s", s.Type, s.Name)
+		}
+		used[j] = true
+		ids[i] = got[j].ID
+	}
+	return ids, nil
 }
 
 // applied are the changes of batch as made: the records created carry the ids the
 // answer gave their values.
-func (p *Provider) applied(batch []providers.Change, body batchBody, placements []placed, posts []string) ([]providers.Change, error) {
+func (p *Provider) applied(batch []providers.Change, placements []placed, posts []string) ([]providers.Change, error) {
 	applied := make([]providers.Change, len(batch))
 	for i, c := range batch {
 		applied[i] = c
@@ -477,9 +529,6 @@ func (p *Provider) applied(batch []providers.Change, body batchBody, placements 
 	for _, pl := range placements {
 		id := pl.id
 		if pl.post >= 0 {
-			if pl.post >= len(posts) {
-				return applied, p.transient("ApplyChanges", "batch answer has %d posts, sent %d", len(posts), len(body.Posts))
-			}
 			id = posts[pl.post]
 		}
 		applied[pl.change].New.ProviderIDs[pl.value] = id

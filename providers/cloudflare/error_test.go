@@ -198,3 +198,34 @@ func TestAListingThatCannotBeWholeIsAnError(t *testing.T) {
 		})
 	}
 }
+
+// A batch is one transaction, refused with an error status. A 2xx answer that does
+// not say it succeeded proves nothing: the changes are not reported applied, and the
+// error is one that has the zone listed again. A failover's move (patches alone) is
+// such a batch, which nothing else would check.
+func TestABatchAnswerThatDoesNotSaySuccessIsNotApplied(t *testing.T) {
+	move := providers.Change{Action: providers.Update,
+		Old: &providers.Record{Name: "shop.example.com", Type: "CNAME", TTL: 60, Values: []string{"edge-1.example.net"}, ProviderIDs: []string{"rec1"}, Owner: "default/t/shop"},
+		New: &providers.Record{Name: "shop.example.com", Type: "CNAME", TTL: 60, Values: []string{"edge-2.example.net"}, Owner: "default/t/shop"}}
+	for name, answer := range map[string]string{
+		"success false":          `{"success":false,"errors":[],"messages":[],"result":null}`,
+		"an empty object":        `{}`,
+		"success false, patched": `{"success":false,"result":{"patches":[{"id":"rec1"}]}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(answer))
+			}))
+			t.Cleanup(srv.Close)
+			p := cloudflare.New(cloudflare.Options{Name: "cloudflare", APIToken: "token", BaseURL: srv.URL + "/client/v4/", MaxRetries: -1})
+			res, err := p.ApplyChanges(context.Background(), providers.Zone{Name: "example.com", ID: "zone1"}, []providers.Change{move})
+			if err == nil || len(res.Applied) != 0 {
+				t.Fatalf("applied %d changes (error %v), want none and an error", len(res.Applied), err)
+			}
+			if providers.IsPermanent(err) || providers.ErrorCode(err) != "uncertain" {
+				t.Errorf("%v: want a transient error that has the zone listed again", err)
+			}
+		})
+	}
+}
