@@ -21,6 +21,7 @@ type memProvider struct {
 	records map[providers.Key]providers.Record
 	lists   int
 	applies int
+	tries   int // applies asked, failed ones included
 	changes int
 	fail    error
 	// listFail fails every listing while set; listTries counts every listing asked.
@@ -54,6 +55,7 @@ func (m *memProvider) ListRecords(context.Context, providers.Zone) ([]providers.
 func (m *memProvider) ApplyChanges(_ context.Context, _ providers.Zone, changes []providers.Change) (providers.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.tries++
 	if m.fail != nil {
 		return providers.Result{}, m.fail
 	}
@@ -191,6 +193,26 @@ func TestTransientErrorIsRetriedByRun(t *testing.T) {
 	mem.fail = nil
 	mem.mu.Unlock()
 	waitFor(t, func() bool { o, _ := n.of("a"); return o.Synced && o.Err == nil && o.Records == 1 })
+}
+
+// A refusal that asks to wait a millisecond (Retry-After-Ms: 1, Retry-After: 0.001)
+// does not have the zone tried again a thousand times a second: the account's request
+// budget is every zone's, a failover's writes included.
+func TestATinyRetryAfterDoesNotSkipTheBackoff(t *testing.T) {
+	mem, _, n := setup()
+	mem.fail = &providers.Error{Provider: "mem", Op: "ApplyChanges", Kind: providers.Transient, Refused: true,
+		RetryAfter: time.Millisecond, Err: errors.New("429")}
+	q := New(mem, providers.Zone{Name: "example.com", ID: "z"}, Options{Quiet: time.Millisecond, MaxWait: time.Millisecond}, n.record)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	q.Desire("a", cname("a.example.com"))
+	time.Sleep(2500 * time.Millisecond) // the backoff's first two steps: 1 s, then 2 s
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	if mem.tries > 3 {
+		t.Errorf("%d writes in 2.5 s to a provider asking to wait 1 ms, want the backoff's 2 or 3", mem.tries)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -57,9 +57,11 @@ func (q *Queue) Run(ctx context.Context) {
 			backoff = q.opts.Quiet
 		case err == nil:
 			backoff = 0
-		case providers.RetryAfter(err) > 0:
+		case providers.RetryAfter(err) >= time.Second:
 			backoff = providers.RetryAfter(err)
 		default:
+			// A shorter wait asked for (Retry-After-Ms: 1) would have the zone tried
+			// again at once, spending the account's budget: the backoff rules.
 			backoff = min(max(2*backoff, time.Second), q.maxBackoff())
 		}
 		nextAttempt = time.Now().Add(backoff)
