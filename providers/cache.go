@@ -20,6 +20,49 @@ type Cached struct {
 	mu     sync.Mutex
 	zones  map[string]*zoneRecords // by zone id
 	flight singleflight.Group
+	// listing holds, for each listing under way, what the applies made meanwhile: its
+	// answer may have been read before them, and would otherwise replace them.
+	listing map[string][]*listingUnderWay
+}
+
+// listingUnderWay collects the changes applied to a zone while it is listed.
+type listingUnderWay struct {
+	applied map[Key]*Record
+	// uncertain: an apply meanwhile may or may not have been applied; the listing
+	// cannot say which of its records predate it, and is not cached.
+	uncertain bool
+}
+
+// beginListing starts collecting the applies to a zone until install.
+func (c *Cached) beginListing(zoneID string) *listingUnderWay {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &listingUnderWay{}
+	c.listing[zoneID] = append(c.listing[zoneID], l)
+	return l
+}
+
+// endListing stops collecting; c.mu must be held.
+func (c *Cached) endListing(zoneID string, l *listingUnderWay) {
+	rest := slices.DeleteFunc(c.listing[zoneID], func(o *listingUnderWay) bool { return o == l })
+	if len(rest) == 0 {
+		delete(c.listing, zoneID)
+		return
+	}
+	c.listing[zoneID] = rest
+}
+
+// install caches a zone's listing with what was applied while it was read, and
+// returns it; nil when an apply meanwhile left it unknown (the zone is listed again
+// on next use). c.mu must be held.
+func (c *Cached) install(zoneID string, l *listingUnderWay, zr *zoneRecords) *zoneRecords {
+	c.endListing(zoneID, l)
+	if l.uncertain {
+		return nil
+	}
+	zr.applied = l.applied // merged on read; an apply the listing already saw is merged to the same
+	c.zones[zoneID] = zr
+	return zr
 }
 
 type zoneRecords struct {
@@ -71,7 +114,7 @@ func newZoneRecords(listed []Record, listedAt time.Time) *zoneRecords {
 
 // NewCached lists each zone at most once per resync.
 func NewCached(p Provider, resync time.Duration) *Cached {
-	return &Cached{Provider: p, resync: resync, now: time.Now, zones: map[string]*zoneRecords{}}
+	return &Cached{Provider: p, resync: resync, now: time.Now, zones: map[string]*zoneRecords{}, listing: map[string][]*listingUnderWay{}}
 }
 
 // ListRecords returns the zone's records from the cache, listing the zone when it was
@@ -86,14 +129,20 @@ func (c *Cached) ListRecords(ctx context.Context, zone Zone) ([]Record, error) {
 			return recs, nil
 		}
 		listedAt := c.now()
+		l := c.beginListing(zone.ID)
 		recs, err := c.Provider.ListRecords(ctx, zone)
 		if err != nil {
+			c.mu.Lock()
+			c.endListing(zone.ID, l)
+			c.mu.Unlock()
 			return nil, err
 		}
-		zr := newZoneRecords(recs, listedAt)
+		zr := newZoneRecords(recs, listedAt) // sorted outside the lock
 		c.mu.Lock()
-		c.zones[zone.ID] = zr
-		c.mu.Unlock()
+		defer c.mu.Unlock()
+		if c.install(zone.ID, l, zr) != nil {
+			return zr.records(), nil
+		}
 		return zr.snapshot, nil
 	})
 	if err != nil {
@@ -152,29 +201,42 @@ func (c *Cached) ApplyChanges(ctx context.Context, zone Zone, changes []Change) 
 	res, err := c.Provider.ApplyChanges(ctx, zone, changes)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A refusal (429, 503) applied nothing: what is cached still holds, with what the
+	// batches before it applied. Any other error may have left the zone in a state
+	// nobody saw; it is listed again.
+	uncertain := err != nil && !Refused(err)
+	for _, l := range c.listing[zone.ID] {
+		if l.uncertain = l.uncertain || uncertain; !l.uncertain {
+			l.applied = record(l.applied, res.Applied)
+		}
+	}
 	zr, ok := c.zones[zone.ID]
 	if !ok {
 		return res, err
 	}
-	// A refusal (429, 503) applied nothing: what is cached still holds, with what the
-	// batches before it applied. Any other error may have left the zone in a state
-	// nobody saw; it is listed again.
-	if err != nil && !Refused(err) {
+	if uncertain {
 		delete(c.zones, zone.ID)
 		return res, err
 	}
-	if len(res.Applied) > 0 && zr.applied == nil {
-		zr.applied = make(map[Key]*Record, len(res.Applied))
+	zr.applied = record(zr.applied, res.Applied)
+	return res, err
+}
+
+// record notes applied changes in touched: each key's record as it now is (nil:
+// deleted).
+func record(touched map[Key]*Record, applied []Change) map[Key]*Record {
+	if len(applied) > 0 && touched == nil {
+		touched = make(map[Key]*Record, len(applied))
 	}
-	for _, ch := range res.Applied {
+	for _, ch := range applied {
 		if ch.Old != nil {
-			zr.applied[ch.Old.Key()] = nil
+			touched[ch.Old.Key()] = nil
 		}
 		if ch.New != nil {
-			zr.applied[ch.New.Key()] = ch.New
+			touched[ch.New.Key()] = ch.New
 		}
 	}
-	return res, err
+	return touched
 }
 
 // Relist lists the zone again, whatever its cache holds, and returns its records and
@@ -190,22 +252,29 @@ func (c *Cached) Relist(ctx context.Context, zone Zone) (records []Record, drift
 	}
 	v, err, _ := c.flight.Do("relist\x00"+zone.ID, func() (any, error) {
 		listedAt := c.now()
+		l := c.beginListing(zone.ID)
 		recs, err := c.Provider.ListRecords(ctx, zone)
 		if err != nil {
+			c.mu.Lock()
+			c.endListing(zone.ID, l)
+			c.mu.Unlock()
 			return nil, err
 		}
-		zr := newZoneRecords(recs, listedAt)
+		zr := newZoneRecords(recs, listedAt) // sorted outside the lock
 		c.mu.Lock()
 		old, had := c.zones[zone.ID]
 		var before []Record
 		if had {
 			before = old.records()
 		}
-		c.zones[zone.ID] = zr
-		c.mu.Unlock()
+		installed := c.install(zone.ID, l, zr) != nil
 		out := relisted{records: zr.snapshot}
-		if had {
-			out.drifted = driftedNames(before, zr.snapshot)
+		if installed {
+			out.records = zr.records()
+		}
+		c.mu.Unlock()
+		if had && installed { // else an apply meanwhile left the zone unknown: all may have changed
+			out.drifted = driftedNames(before, out.records)
 		}
 		return out, nil
 	})

@@ -298,3 +298,99 @@ func TestCachedMergesAppliesWhenRead(t *testing.T) {
 		t.Fatal("the merged zone is not sorted")
 	}
 }
+
+// gatedLister reads the zone when a listing is asked and answers it when released: an
+// apply between the two is missing from the answer, as from a real listing under way.
+type gatedLister struct {
+	Provider
+	mu       sync.Mutex
+	records  map[Key]Record
+	lists    int
+	listed   chan struct{}
+	release  chan struct{}
+	applyErr error
+}
+
+func (p *gatedLister) ListRecords(context.Context, Zone) ([]Record, error) {
+	p.mu.Lock()
+	p.lists++
+	var out []Record
+	for _, r := range p.records {
+		out = append(out, r)
+	}
+	p.mu.Unlock()
+	p.listed <- struct{}{}
+	<-p.release
+	return out, nil
+}
+
+func (p *gatedLister) ApplyChanges(_ context.Context, _ Zone, changes []Change) (Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range changes {
+		if c.Old != nil {
+			delete(p.records, c.Old.Key())
+		}
+		if c.New != nil {
+			p.records[c.New.Key()] = *c.New
+		}
+	}
+	return Result{Applied: changes}, p.applyErr
+}
+
+// A listing read before an apply and answered after it does not replace what the
+// apply did: the cache would believe a created record absent (and create it again,
+// refused) or a deleted one present (and delete it again, refused, until a resync).
+func TestAListingUnderWayDoesNotUndoAnApply(t *testing.T) {
+	z := Zone{Name: "example.com", ID: "z1"}
+	old := Record{Name: "old.example.com", Type: TypeA, Values: []string{"192.0.2.1"}}
+	created := Record{Name: "new.example.com", Type: TypeA, Values: []string{"192.0.2.2"}}
+	for _, how := range []string{"ListRecords", "Relist"} {
+		t.Run(how, func(t *testing.T) {
+			p := &gatedLister{records: map[Key]Record{old.Key(): old}, listed: make(chan struct{}), release: make(chan struct{})}
+			c := NewCached(p, time.Hour)
+			ctx := context.Background()
+			done := make(chan error)
+			go func() {
+				var err error
+				if how == "Relist" {
+					_, _, err = c.Relist(ctx, z)
+				} else {
+					_, err = c.ListRecords(ctx, z)
+				}
+				done <- err
+			}()
+			<-p.listed
+			if _, err := c.ApplyChanges(ctx, z, []Change{{Action: Create, New: &created}, {Action: Delete, Old: &old}}); err != nil {
+				t.Fatal(err)
+			}
+			close(p.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			recs, err := c.ListRecords(ctx, z)
+			if err != nil || len(recs) != 1 || recs[0].Name != created.Name || p.lists != 1 {
+				t.Fatalf("after an apply during the listing, the cache holds %v (%v, %d listings), want only %s", recs, err, p.lists, created.Name)
+			}
+		})
+	}
+
+	// An apply of unknown outcome meanwhile: the listing is not cached.
+	p := &gatedLister{records: map[Key]Record{old.Key(): old}, listed: make(chan struct{}), release: make(chan struct{}),
+		applyErr: errors.New("connection reset")}
+	c := NewCached(p, time.Hour)
+	first := make(chan struct{})
+	go func() { _, _ = c.ListRecords(context.Background(), z); close(first) }()
+	<-p.listed
+	_, _ = c.ApplyChanges(context.Background(), z, []Change{{Action: Create, New: &created}})
+	close(p.release)
+	<-first
+	go func() {
+		for range p.listed { // the listing asked again
+		}
+	}()
+	recs, _ := c.ListRecords(context.Background(), z)
+	if len(recs) != 2 || p.lists != 2 {
+		t.Fatalf("after an uncertain apply during the listing: %v from %d listings, want both records from a second", recs, p.lists)
+	}
+}
