@@ -38,7 +38,18 @@ type Failover struct {
 	transitions chan edge.Transition
 	// newWave, if set, restarts the per-transition budget of per-route failover events.
 	newWave func()
+	// unsaved are the edges whose last health decision the API server has not taken:
+	// they are written again until it does (a new leader plans from the saved health,
+	// and would move a failover's records back to a dead edge it believes healthy).
+	// Only the Start goroutine uses it.
+	unsaved map[string]bool
 }
+
+// Bounds of the wait between writes of a health decision the API server refused.
+const (
+	healthRetryMin = time.Second
+	healthRetryMax = 30 * time.Second
+)
 
 // newFailover returns the failover handler; it runs as a leader-elected runnable.
 func newFailover(c client.Client, recorder events.EventRecorder, routes *TenantRouteReconciler, accounts *Accounts, monitor *edge.Monitor) *Failover {
@@ -60,6 +71,9 @@ func (f *Failover) Start(ctx context.Context) error {
 	// every reportEvery as the routes' statuses follow.
 	report := time.NewTicker(reportEvery / 2)
 	defer report.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	wait := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,7 +86,33 @@ func (f *Failover) Start(ctx context.Context) error {
 			f.report(ctx)
 		case <-report.C:
 			f.report(ctx)
+		case <-retry.C:
+			f.saveHealth(ctx)
+			if wait = min(2*wait, healthRetryMax); len(f.unsaved) > 0 {
+				retry.Reset(wait)
+			} else {
+				wait = 0
+			}
+			continue
 		}
+		if len(f.unsaved) > 0 && wait == 0 {
+			wait = healthRetryMin
+			retry.Reset(wait)
+		} else if len(f.unsaved) == 0 {
+			wait = 0
+		}
+	}
+}
+
+// saveHealth writes again the health decisions the API server refused.
+func (f *Failover) saveHealth(ctx context.Context) {
+	for name := range f.unsaved {
+		state, probe := f.Monitor.Health(name)
+		if err := f.writeHealth(ctx, name, state, probe); err != nil {
+			log.FromContext(ctx).Error(err, "writing the EdgeProvider's health again", "edge", name)
+			continue
+		}
+		delete(f.unsaved, name)
 	}
 }
 
@@ -105,7 +145,13 @@ func (f *Failover) handle(ctx context.Context, t edge.Transition) {
 	logger.Info("edge health changed", "tenantRoutes", routes, "moved", moved, "probe", t.Probe.Message)
 
 	if err := f.writeHealth(ctx, t.Edge, t.To, t.Probe); err != nil {
-		logger.Error(err, "writing the EdgeProvider's health")
+		logger.Error(err, "writing the EdgeProvider's health; trying again")
+		if f.unsaved == nil {
+			f.unsaved = map[string]bool{}
+		}
+		f.unsaved[t.Edge] = true
+	} else {
+		delete(f.unsaved, t.Edge)
 	}
 	ep := &v1.EdgeProvider{}
 	if err := f.Get(ctx, client.ObjectKey{Name: t.Edge}, ep); err == nil {
