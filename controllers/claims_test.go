@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -523,35 +521,10 @@ func TestAContestedGrantIsUsedOnlyOnceSaved(t *testing.T) {
 	})
 
 	ctx := context.Background()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-grants-" + o.id},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{v1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"tenantroutes/status"}},
-				},
-			}}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("object.metadata.namespace != %q || object.metadata.name != 'next' || "+
-					"!has(object.status.hostnames) || object.status.hostnames.all(h, h.state != 'Granted')", o.ns),
-				Message: "grants of next are refused",
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	for _, obj := range []client.Object{policy, binding} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(ctx, obj) })
-	}
+	lift := refuseUpdates(t, "refuse-grants-"+o.id, "tenantroutes/status",
+		fmt.Sprintf("object.metadata.namespace != %q || object.metadata.name != 'next' || "+
+			"!has(object.status.hostnames) || object.status.hostnames.all(h, h.state != 'Granted')", o.ns),
+		"grants of next are refused")
 	// The policy is in force once a grant of next is refused.
 	eventually(t, 20*time.Second, func() error {
 		next := o.get("next")
@@ -593,11 +566,7 @@ func TestAContestedGrantIsUsedOnlyOnceSaved(t *testing.T) {
 	}
 
 	// Once the API server takes the grant, the records follow.
-	for _, obj := range []client.Object{binding, policy} {
-		if err := k8s.Delete(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lift()
 	eventually(t, 30*time.Second, func() error {
 		if owner := o.recordOwner(host); owner != "tenantroute:durable/"+o.ns+"/next" {
 			return fmt.Errorf("the record belongs to %q", owner)

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
@@ -397,35 +395,10 @@ func TestARefusedHealthDecisionIsWrittenAgain(t *testing.T) {
 	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
 
 	ctx := context.Background()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-unhealthy-" + o.id},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{v1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"edgeproviders/status"}},
-				},
-			}}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("object.metadata.name != %q || !has(object.status.conditions) || "+
-					"object.status.conditions.all(c, c.type != 'Healthy' || c.status != 'False')", o.cfEdge),
-				Message: "the edge's ill health is refused",
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	for _, obj := range []client.Object{policy, binding} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(ctx, obj) })
-	}
+	lift := refuseUpdates(t, "refuse-unhealthy-"+o.id, "edgeproviders/status",
+		fmt.Sprintf("object.metadata.name != %q || !has(object.status.conditions) || "+
+			"object.status.conditions.all(c, c.type != 'Healthy' || c.status != 'False')", o.cfEdge),
+		"the edge's ill health is refused")
 	// The policy is in force once an unhealthy status is refused.
 	eventually(t, 20*time.Second, func() error {
 		ep := &v1.EdgeProvider{}
@@ -447,11 +420,7 @@ func TestARefusedHealthDecisionIsWrittenAgain(t *testing.T) {
 	eventually(t, 15*time.Second, func() error { return o.pointAt(onAWS, host) })
 	time.Sleep(time.Second) // the decision's write, refused
 	o.waitHealth(o.cfEdge, metav1.ConditionTrue)
-	for _, obj := range []client.Object{binding, policy} {
-		if err := k8s.Delete(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lift()
 	// The heartbeat is 5 minutes away; the decision is saved within the retries' wait.
 	eventually(t, 45*time.Second, func() error {
 		ep := &v1.EdgeProvider{}
