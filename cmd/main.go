@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -73,7 +74,11 @@ func main() {
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", -1, "Requests per second to the Kubernetes API server at most; negative (the default, as controller-runtime's) leaves the pace to the API server's priority and fairness, which protects it: a client-side limit of 200/s held 10,000 status writes to 50 s on a control plane that takes them in 35.")
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server, with a positive --kube-api-qps.")
 	flag.StringVar(&c.operator.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
-	flag.StringVar(&c.operator.Instance, "instance", "default", "Name of this installation in the ownership marker of its records; installations sharing zones need different names.")
+	c.operator.Instance = "default"
+	flag.Func("instance", "Name of this installation in the ownership marker of its records (a DNS label; default \"default\"); installations sharing zones need different names.", func(v string) (err error) {
+		c.operator.Instance, err = instanceName(v)
+		return err
+	})
 	flag.DurationVar(&c.operator.ZoneResync, "zone-resync", 10*time.Minute, "How often each DNS zone is listed again.")
 	flag.DurationVar(&c.operator.DeletionTimeout, "deletion-timeout", time.Hour, "How long a TenantRoute's deletion waits for zones it cannot reach (zone gone, credentials revoked) before it completes anyway, with a Warning event naming the records possibly left behind.")
 	flag.BoolFunc("sweep-orphans", "Delete, on start and at every zone resync, the records of this installation whose TenantRoute no longer exists (default true).",
@@ -229,6 +234,16 @@ func runAll(ctx context.Context, c config) error {
 	}
 	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
 	return mgr.Start(ctx)
+}
+
+// instanceName checks an installation's name. A name with a slash would make another
+// installation's markers look like this one's: "prod" would take "prod/eu/ns/name" for
+// its own, and sweep it as an orphan.
+func instanceName(v string) (string, error) {
+	if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+		return "", fmt.Errorf("%q is not a DNS label: %s", v, strings.Join(errs, "; "))
+	}
+	return v, nil
 }
 
 // lookupBaseURL checks the lookup endpoint's base URL and drops a trailing slash,

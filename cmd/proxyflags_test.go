@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/tenantroute/tenantroute-operator/proxy"
@@ -46,6 +47,21 @@ func TestLookupURLIsCheckedAtStart(t *testing.T) {
 	for _, bad := range []string{"tenantroute-lookup:8082", "ftp://lookup", "http://", "http://lookup:8082/?x=1", "http://lookup#f"} {
 		if got, err := lookupBaseURL(bad); err == nil {
 			t.Errorf("%s was taken as %q", bad, got)
+		}
+	}
+}
+
+// An installation's name is a DNS label: with a slash, one installation would take
+// another's ownership markers for its own ("prod" and "prod/eu") and sweep them.
+func TestInstanceNameIsADNSLabel(t *testing.T) {
+	for _, ok := range []string{"default", "prod-eu", "a"} {
+		if _, err := instanceName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "prod/eu", "Prod", "prod.eu", "-prod", strings.Repeat("a", 64)} {
+		if _, err := instanceName(bad); err == nil {
+			t.Errorf("%q was taken", bad)
 		}
 	}
 }
