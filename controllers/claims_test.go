@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -215,6 +216,49 @@ func TestRedisForgetsRoutesDeletedWhileItWasDown(t *testing.T) {
 			return fmt.Errorf("still in Redis (%v)", err)
 		}
 		return nil
+	})
+}
+
+// Redis that lost its data (a restart without persistence) also lost the record of
+// the hostnames written for each route: the synchronisation writes it again with the
+// entries, so that a hostname a route drops afterwards leaves Redis at once, not at
+// the next synchronisation (an hour here; it would lead to the route meanwhile).
+func TestAHostnameDroppedAfterRedisLostItsDataLeavesRedis(t *testing.T) {
+	redisSrv := testenv.StartRedis(t)
+	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	o := newOperator(t, "kvlost")
+	o.kv, o.kvSync = &kv, time.Hour // the synchroniser runs once, at the start
+	o.start()
+	const kept, dropped = "kept.auth.example.com", "dropped.auth.example.com"
+	o.create(o.route("r", kept, dropped))
+	inRedis := func(host string) error {
+		if r, err := kv.Lookup(context.Background(), host); err != nil || r.Tenant != "r" {
+			return fmt.Errorf("%s in Redis: %+v %v", host, r, err)
+		}
+		return nil
+	}
+	eventually(t, 20*time.Second, func() error { return errors.Join(inRedis(kept), inRedis(dropped)) })
+
+	o.stopManager()
+	if err := kv.Client.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o.start()
+	eventually(t, 20*time.Second, func() error { return errors.Join(inRedis(kept), inRedis(dropped)) })
+	r := o.get("r")
+	r.Spec.Hostnames = []string{kept}
+	if err := k8s.Update(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n, err := kv.Client.Exists(context.Background(), routes.KeyPrefix+dropped).Result(); err != nil || n != 0 {
+			return fmt.Errorf("%s still in Redis (%v)", dropped, err)
+		}
+		return inRedis(kept)
 	})
 }
 

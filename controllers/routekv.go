@@ -190,20 +190,38 @@ func (s *kvSync) sync(ctx context.Context) (int, error) {
 	if err != nil {
 		return deleted, err
 	}
-	// The record of what each route wrote, for routes that are gone.
+	// The record of what each route wrote: deleted for routes that are gone, and
+	// written again for routes that have none (Redis lost it: a restart without
+	// persistence, a failover to an empty replica), or a hostname such a route drops
+	// would stay in Redis, leading to it, until the next synchronisation.
 	exists := map[string]bool{}
 	for i := range list.Items {
 		exists[hostsKey(client.ObjectKeyFromObject(&list.Items[i]))] = true
 	}
-	stale, err := s.KV.Keys(ctx, hostsKeyPrefix+"*")
+	recorded, err := s.KV.Keys(ctx, hostsKeyPrefix+"*")
 	if err != nil {
 		return deleted, err
 	}
-	stale = slices.DeleteFunc(stale, func(k string) bool { return exists[k] })
-	if len(stale) > 0 {
-		if err := s.KV.Client.Del(ctx, stale...).Err(); err != nil {
-			return deleted, err
+	has := make(map[string]bool, len(recorded))
+	for _, k := range recorded {
+		has[k] = true
+	}
+	pipe := s.KV.Client.Pipeline()
+	for i := range list.Items {
+		key := hostsKey(client.ObjectKeyFromObject(&list.Items[i]))
+		if granted := routes.Granted(&list.Items[i]); len(granted) > 0 && !has[key] {
+			members := make([]any, len(granted))
+			for j, h := range granted {
+				members[j] = h
+			}
+			pipe.SAdd(ctx, key, members...)
 		}
+	}
+	if stale := slices.DeleteFunc(recorded, func(k string) bool { return exists[k] }); len(stale) > 0 {
+		pipe.Del(ctx, stale...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return deleted, err
 	}
 	return deleted, nil
 }
