@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
-	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
@@ -18,12 +17,7 @@ import (
 // still served, Failed once it expired. A record forged without the shared key is
 // ignored.
 func TestCertificatesReportedInStatus(t *testing.T) {
-	redisSrv := testenv.StartRedis(t)
-	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	_, kv := startRedisKV(t)
 	o := newOperator(t, "certs")
 	o.certBook, o.certInterval = kv, 200*time.Millisecond
 	o.start()
@@ -75,7 +69,7 @@ func TestCertificatesReportedInStatus(t *testing.T) {
 	})
 
 	// Forged: written by someone with Redis access but not the key.
-	forger := routes.KV{Client: rc, Key: []byte("not-the-key-0123456789abcdef0123456789")}
+	forger := routes.KV{Client: kv.Client, Key: []byte("not-the-key-0123456789abcdef0123456789")}
 	if err := forger.RecordCert(ctx, host, routes.CertRecord{Issuer: "Evil CA", NotAfter: notAfter, Source: "acme", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -176,12 +176,7 @@ func TestDuplicateTenantIDIsAConflict(t *testing.T) {
 // is back, is gone from Redis within one synchronisation after: the operator deletes
 // every entry no TenantRoute grants.
 func TestRedisForgetsRoutesDeletedWhileItWasDown(t *testing.T) {
-	redisSrv := testenv.StartRedis(t)
-	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	redisSrv, kv := startRedisKV(t)
 	o := newOperator(t, "kvsync")
 	o.kv, o.kvSync = &kv, time.Second
 	o.start()
@@ -224,12 +219,7 @@ func TestRedisForgetsRoutesDeletedWhileItWasDown(t *testing.T) {
 // entries, so that a hostname a route drops afterwards leaves Redis at once, not at
 // the next synchronisation (an hour here; it would lead to the route meanwhile).
 func TestAHostnameDroppedAfterRedisLostItsDataLeavesRedis(t *testing.T) {
-	redisSrv := testenv.StartRedis(t)
-	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	_, kv := startRedisKV(t)
 	o := newOperator(t, "kvlost")
 	o.kv, o.kvSync = &kv, time.Hour // the synchroniser runs once, at the start
 	o.start()
@@ -332,12 +322,7 @@ func TestCustomDomainsAreRoutedOnlyWithProof(t *testing.T) {
 // A route being deleted stops being routed through Redis at once, not at the next
 // synchronisation.
 func TestRedisForgetsADeletedRouteAtOnce(t *testing.T) {
-	redisSrv := testenv.StartRedis(t)
-	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+	_, kv := startRedisKV(t)
 	o := newOperator(t, "kvdelete")
 	o.kv, o.kvSync = &kv, time.Hour // no synchronisation during the test
 	o.start()

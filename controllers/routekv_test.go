@@ -18,6 +18,18 @@ import (
 	"github.com/tenantroute/tenantroute-operator/routes"
 )
 
+// startRedisKV starts a Redis and returns it with the shared cache on it, entries
+// living an hour.
+func startRedisKV(t *testing.T) (*testenv.Redis, routes.KV) {
+	t.Helper()
+	redisSrv := testenv.StartRedis(t)
+	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redisSrv, routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
+}
+
 // commandLog records the commands a Redis client sends, pipelines included.
 type commandLog struct {
 	mu   sync.Mutex
@@ -63,19 +75,14 @@ func (l *commandLog) take() []string {
 // four round trips a route), while a claim granted by status alone (a custom domain
 // proven) still reaches Redis at once.
 func TestRedisIsWrittenOnlyWhenARouteLeadsElsewhere(t *testing.T) {
-	redisSrv := testenv.StartRedis(t)
-	rc, err := routes.NewRedisClient(routes.RedisOptions{Addrs: []string{redisSrv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, kv := startRedisKV(t)
 	log := &commandLog{}
-	rc.AddHook(log)
+	kv.Client.AddHook(log)
 	dnsSrv, err := testenv.StartDNS("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(dnsSrv.Close)
-	kv := routes.KV{Client: rc, Key: []byte("test-hmac-key-0123456789abcdef0123456789"), TTL: time.Hour}
 	o := newOperator(t, "kvwrites")
 	o.kv, o.kvSync = &kv, time.Hour // the synchroniser runs once, at the start
 	o.dns = dnsSrv.Addr
