@@ -48,18 +48,21 @@ type verdict struct {
 }
 
 // check returns whether domain is proven for the route, or unknown when the
-// resolver could not say.
-func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, target string) verdict {
+// resolver could not say; cachedOnly does not ask it: unknown without an answer.
+func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, target string, cachedOnly bool) verdict {
 	key := string(uid) + "/" + domain + "/" + target
 	v.mu.Lock()
 	if v.cache == nil {
 		v.cache = map[string]verdict{}
 	}
-	if c, ok := v.cache[key]; ok && time.Since(c.at) < v.Interval {
+	if c, ok := v.cache[key]; ok && (cachedOnly || time.Since(c.at) < v.Interval) {
 		v.mu.Unlock()
 		return c
 	}
 	v.mu.Unlock()
+	if cachedOnly {
+		return verdict{unknown: true, message: "not checked yet since the operator started"}
+	}
 	got := v.lookup(ctx, uid, domain, target)
 	got.at = time.Now()
 	v.mu.Lock()
@@ -122,7 +125,7 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 // each and the domains not eligible for a grant (with why). A domain is eligible while
 // its proof is in place, and for Grace after it was last seen; while the resolver
 // cannot answer, a domain keeps what it had.
-func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time) ([]v1.CustomDomainStatus, map[string]string) {
+func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) ([]v1.CustomDomainStatus, map[string]string) {
 	previous := map[string]v1.CustomDomainStatus{}
 	for _, c := range route.Status.CustomDomains {
 		previous[c.Hostname] = c
@@ -137,7 +140,7 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 			pending[c.Hostname] = "custom domains cannot be verified: the operator has no DNS resolver"
 			continue
 		}
-		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget)
+		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget, cachedOnly)
 		switch {
 		case v.ok:
 			c.VerifiedAt = &now

@@ -3,16 +3,19 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 )
 
 const awsActive = "CNAME " + awsEdgeTarget
@@ -429,4 +432,64 @@ func TestARefusedHealthDecisionIsWrittenAgain(t *testing.T) {
 		}
 		return expectCondition(ep.Status.Conditions, v1.ConditionHealthy, metav1.ConditionFalse, "")
 	})
+}
+
+// A failover soon after a leader change, with the DNS resolver down, does not wait
+// for the resolver: the routes not reconciled yet since the start had their custom
+// domains checked on the failover's one goroutine, up to 2 s each, one after another.
+func TestAFailoverDoesNotWaitForTheDNSResolver(t *testing.T) {
+	dnsSrv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOperator(t, "dnsdown")
+	o.dns = dnsSrv.Addr
+	o.start()
+	var names, hosts []string
+	for i := range 12 {
+		name, host := fmt.Sprintf("r%d", i), fmt.Sprintf("h%d.auth.example.com", i)
+		o.create(o.route(name, host, fmt.Sprintf("login.corp%d.test", i)))
+		names, hosts = append(names, name), append(hosts, host)
+	}
+	// Each owner proves its domain.
+	eventually(t, 30*time.Second, func() error {
+		for _, name := range names {
+			tr := o.get(name)
+			if len(tr.Status.CustomDomains) != 1 || tr.Status.CustomDomains[0].ChallengeValue == "" {
+				return fmt.Errorf("%s: custom domains %+v", name, tr.Status.CustomDomains)
+			}
+			c := tr.Status.CustomDomains[0]
+			dnsSrv.Set(c.Hostname, dns.TypeCNAME, c.CNAMETarget)
+			dnsSrv.Set(c.ChallengeName, dns.TypeTXT, c.ChallengeValue)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, func() error {
+		for i, name := range names {
+			if st := hostnameState(o.get(name), fmt.Sprintf("login.corp%d.test", i)); st != v1.ClaimGranted {
+				return fmt.Errorf("%s's custom domain: %q", name, st)
+			}
+		}
+		return nil
+	})
+	o.waitReady(names...)
+
+	// A new leader, and the resolver takes queries but never answers.
+	o.stopManager()
+	dnsSrv.Close()
+	silent, err := net.ListenPacket("udp", dnsSrv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Close() })
+	o.start()
+	down := time.Now()
+	o.cfUp.Store(false)
+	eventually(t, 60*time.Second, func() error { return o.pointAt(onAWS, hosts...) })
+	took := time.Since(down)
+	t.Logf("records on the AWS edge %s after the Cloudflare edge went down", took.Round(10*time.Millisecond))
+	// The probes decide in 3 s; the manager's start and one apply add a few.
+	if took > 10*time.Second {
+		t.Errorf("the failover took %s with the resolver silent, want it not to wait for it", took)
+	}
 }

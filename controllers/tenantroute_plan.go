@@ -65,7 +65,11 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 		}
 		var unproven map[string]string
 		var freed routes.Freed
-		p.custom, unproven = r.verifyCustomDomains(ctx, route, desired.CustomDomains(route, edges, p.active), now)
+		// A failover (readOnly) does not wait for the resolver: the checks, up to 3 s
+		// each, ran one route after another on the failover's one goroutine, and a
+		// failover soon after a leader change, with the resolver down, stalled for
+		// minutes. It takes the answers the reconciles got, or what was proven before.
+		p.custom, unproven = r.verifyCustomDomains(ctx, route, desired.CustomDomains(route, edges, p.active), now, readOnly)
 		ineligible := make(map[string]v1.ClaimStatus, len(unproven)+len(forbidden))
 		for h, why := range unproven {
 			ineligible[h] = v1.ClaimStatus{State: v1.ClaimPendingVerification, Message: why}
