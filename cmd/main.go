@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -201,7 +202,12 @@ func runAll(ctx context.Context, c config) error {
 		if err != nil {
 			return err
 		}
-		if err := mgr.Add(httpServer(c.lookupAddr, routes.LookupHandler(source, token, routes.Normalize))); err != nil {
+		lookup := httpServer(c.lookupAddr, routes.LookupHandler(source, token, routes.Normalize))
+		if err := mgr.Add(lookup); err != nil {
+			return err
+		}
+		// The standalone proxies ask every replica: one is ready once it answers.
+		if err := mgr.AddReadyzCheck("lookup", lookup.ready); err != nil {
 			return err
 		}
 	}
@@ -220,9 +226,10 @@ func runAll(ctx context.Context, c config) error {
 		if err := mgr.Add(&proxy.Server{Proxy: p, Listen: c.proxyAddr}); err != nil {
 			return err
 		}
-		// Readiness fails as soon as the proxy drains, so that its Service stops sending
-		// it clients while it still accepts them.
-		if err := mgr.AddReadyzCheck("proxy", drainCheck(p)); err != nil {
+		// Readiness waits for the proxy to listen (after the caches are in), and fails
+		// as soon as it drains, so that its Service stops sending it clients while it
+		// still accepts them.
+		if err := mgr.AddReadyzCheck("proxy", func(*http.Request) error { return p.Ready() }); err != nil {
 			return err
 		}
 	}
@@ -287,9 +294,8 @@ func runProxy(ctx context.Context, c config) error {
 	}
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	ready := drainCheck(p)
 	probes.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r); err != nil {
+		if err := p.Ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -318,26 +324,38 @@ func runProxy(ctx context.Context, c config) error {
 	return err
 }
 
-// drainCheck fails once the proxy drains (readiness).
-func drainCheck(p *proxy.Proxy) func(*http.Request) error {
-	return func(*http.Request) error {
-		if p.Draining() {
-			return errors.New("the proxy is shutting down")
-		}
-		return nil
-	}
+// httpServer runs a net/http server until its context ends.
+type httpServerRunnable struct {
+	srv       *http.Server
+	listening atomic.Bool
 }
 
-// httpServer runs a net/http server until its context ends.
-type httpServerRunnable struct{ srv *http.Server }
-
+// httpServer serves h on addr with controller-runtime's servers' bounds: an idle
+// connection is closed after 90 s (net/http's default keeps it for good, and each
+// holds a descriptor), a request (the lookup endpoint's have no body) must come whole
+// within 30 s and its header within 16 KiB.
 func httpServer(addr string, h http.Handler) *httpServerRunnable {
-	return &httpServerRunnable{srv: &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	return &httpServerRunnable{srv: &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 16 << 10}}
+}
+
+// ready is the server's readiness check: the manager starts it only once its caches
+// are in, well after its health endpoint answers.
+func (s *httpServerRunnable) ready(*http.Request) error {
+	if !s.listening.Load() {
+		return fmt.Errorf("%s does not listen yet", s.srv.Addr)
+	}
+	return nil
 }
 
 func (s *httpServerRunnable) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.srv.Addr)
+	if err != nil {
+		return err
+	}
+	s.listening.Store(true)
 	errs := make(chan error, 1)
-	go func() { errs <- s.srv.ListenAndServe() }()
+	go func() { errs <- s.srv.Serve(ln) }()
 	select {
 	case err := <-errs:
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,19 @@ import (
 
 // Draining reports whether the proxy is shutting down: its readiness fails.
 func (p *Proxy) Draining() bool { return p.draining.Load() }
+
+// Ready says why the proxy should not be sent clients, or nil: it does not listen yet
+// (the manager starts it only once its caches are in, seconds or minutes after its
+// health endpoint answers), or it is shutting down.
+func (p *Proxy) Ready() error {
+	switch {
+	case !p.serving.Load():
+		return errors.New("the proxy does not listen yet")
+	case p.draining.Load():
+		return errors.New("the proxy is shutting down")
+	}
+	return nil
+}
 
 // handedOver tracks the connections fasthttp no longer sees.
 type handedOver struct {

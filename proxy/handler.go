@@ -26,8 +26,10 @@ type Proxy struct {
 	tls   *TLSOptions // nil: plain HTTP only
 	// limits count client connections across the listeners.
 	limits *connLimits
-	// draining: the proxy is shutting down (see drain.go); handed: the connections
-	// handed over by fasthttp (tunnels, HTTP/1.0 streams), which it does not wait for.
+	// serving: its listeners are bound (ServeUntil). draining: the proxy is shutting
+	// down (see drain.go); handed: the connections handed over by fasthttp (tunnels,
+	// HTTP/1.0 streams), which it does not wait for.
+	serving  atomic.Bool
 	draining atomic.Bool
 	handed   handedOver
 

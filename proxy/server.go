@@ -50,6 +50,7 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.newServer().Serve(p.List
 // ends, then drains both.
 func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	srv := p.newServer()
+	p.serving.Store(true) // the listeners are bound: connections wait in their backlog
 	errs := make(chan error, 2)
 	go func() { errs <- srv.Serve(p.Listener(ln)) }()
 	if p.tls != nil && tln != nil {
