@@ -90,6 +90,11 @@ func render(t *testing.T, vals map[string]any) (*chart.Chart, []*unstructured.Un
 }
 
 func renderAs(release string, vals map[string]any) (*chart.Chart, string, error) {
+	return renderOn(&common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}, release, vals)
+}
+
+// renderOn renders the chart as helm install would against a cluster of that version.
+func renderOn(kube *common.KubeVersion, release string, vals map[string]any) (*chart.Chart, string, error) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, "", err
@@ -97,7 +102,7 @@ func renderAs(release string, vals map[string]any) (*chart.Chart, string, error)
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName, install.Namespace, install.Replace = release, namespace, true
-	install.KubeVersion = &common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	install.KubeVersion = kube
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return nil, "", err
@@ -415,8 +420,24 @@ func TestValuesGuards(t *testing.T) {
 		t.Errorf("ACME without Redis: %v", err)
 	}
 
+	// A cluster older than 1.36 does not serve MutatingAdmissionPolicy: the default
+	// install must not fail there ("no matches for kind"); 1.30 is the chart's floor.
+	_, manifest, err := renderOn(&common.KubeVersion{Version: "v1.33.4", Major: "1", Minor: "33"}, releaseName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decode(t, manifest) {
+		if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
+			t.Errorf("%s %s rendered for Kubernetes 1.33", o.GetKind(), o.GetName())
+		}
+	}
+	_, manifest, _ = renderAs(releaseName, nil)
+	if !strings.Contains(manifest, "kind: MutatingAdmissionPolicy\n") {
+		t.Error("no MutatingAdmissionPolicy rendered for Kubernetes 1.37")
+	}
+
 	long := strings.Repeat("r", 53) // Helm's limit on release names
-	_, manifest, err := renderAs(long, values(t, "ci/all-on-values.yaml"))
+	_, manifest, err = renderAs(long, values(t, "ci/all-on-values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
