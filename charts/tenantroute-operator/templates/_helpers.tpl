@@ -125,8 +125,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "tenantroute.tlsMounts" -}}
 {{- if .Values.tls.enabled }}
-{{- range .Values.tls.certificateSecrets }}
-- {name: cert-{{ . }}, mountPath: /etc/tenantroute/certs/{{ . }}, readOnly: true}
+{{- /* Volumes are named by position: a Secret's name may hold dots and run to 253
+characters, a volume's is a DNS label of 63. */ -}}
+{{- range $i, $secret := .Values.tls.certificateSecrets }}
+- {name: cert-{{ $i }}, mountPath: /etc/tenantroute/certs/{{ $secret }}, readOnly: true}
 {{- end }}
 {{- if .Values.tls.acme.caRootsSecret.name }}
 - {name: acme-roots, mountPath: /etc/tenantroute/acme-roots, readOnly: true}
@@ -136,10 +138,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "tenantroute.tlsVolumes" -}}
 {{- if .Values.tls.enabled }}
-{{- range .Values.tls.certificateSecrets }}
-- name: cert-{{ . }}
+{{- range $i, $secret := .Values.tls.certificateSecrets }}
+- name: cert-{{ $i }}
   secret:
-    secretName: {{ . }}
+    secretName: {{ $secret }}
     items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]
 {{- end }}
 {{- if .Values.tls.acme.caRootsSecret.name }}
