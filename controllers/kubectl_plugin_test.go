@@ -84,6 +84,25 @@ func TestKubectlPlugin(t *testing.T) {
 		`(?m)^\s+`+o.cfEdge+`\s+auth\.example\.com\s+acme\.auth\.example\.com\s+CNAME\s+60\s+acme\.auth\.example\.com\.cdn\.cloudflare\.net$`,
 		`(?m)^\s+`+o.awsEdge+`\s+auth\.example\.com\s+acme\.auth\.example\.com\s+CNAME\s+60\s+acme\.auth\.example\.com\.cdn\.cloudflare\.net$`)
 
+	// A tenant's text is printed to the operator's terminal: an escape sequence (here
+	// one that sets the clipboard) reaches it escaped, and a newline and tabs do not
+	// forge a row.
+	mallory := o.route("mallory", "mallory.auth.example.com")
+	mallory.Spec.Failover = &v1.FailoverPolicy{Mode: v1.FailoverManual, PinnedEdge: o.cfEdge,
+		Reason: "maintenance\x1b]52;c;cGF3bmVk\x07\n  forged.auth.example.com\tGranted\t2026-01-01T00:00:00Z\t-\u202e"}
+	o.create(mallory)
+	eventually(t, 20*time.Second, func() error {
+		return expectCondition(o.get("mallory").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, "")
+	})
+	out = plugin(0, "status", "mallory")
+	if i := strings.IndexFunc(out, func(r rune) bool { return r == 0x1b || r == 0x07 || r == 0x202e }); i >= 0 {
+		t.Errorf("a control character reached the terminal at %d:\n%q", i, out)
+	}
+	if regexp.MustCompile(`(?m)^\s+forged\.auth\.example\.com\s+Granted`).MatchString(out) {
+		t.Errorf("a tenant's text forged a row:\n%s", out)
+	}
+	mustMatch(out, `failover Manual, pinned to `+o.cfEdge+`: maintenance\\x1b\]52;c;cGF3bmVk\\a\\n`)
+
 	// plan: nothing to do while the providers hold what the operator wants.
 	mustMatch(plugin(0, "plan", "acme", "--exit-code"), `(?m)^No changes`)
 

@@ -54,7 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, pflag.ErrHelp):
 		return 0
 	}
-	fmt.Fprintln(stderr, "error:", err)
+	printf(stderr, "error: %s\n", err)
 	return 1
 }
 

@@ -259,7 +259,7 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 	print := func(title string, steps []step) {
 		fmt.Fprintln(c.out, title)
 		for _, s := range steps {
-			fmt.Fprintf(c.out, "  %s %s\n", s.symbol, s.text)
+			printf(c.out, "  %s %s\n", s.symbol, s.text)
 			switch s.symbol {
 			case "!":
 				conflicts++
@@ -346,7 +346,7 @@ func (c *cli) plan(ctx context.Context, scope planScope) (int, error) {
 	if len(unreadable) > 0 {
 		fmt.Fprintln(c.out, "Zones that could not be read")
 		for _, e := range unreadable {
-			fmt.Fprintf(c.out, "  ? %s\n", e)
+			printf(c.out, "  ? %s\n", e)
 		}
 	}
 

@@ -24,7 +24,7 @@ func (c *cli) status(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "TenantRoute %s/%s: tenant %s, region %s\n", route.Namespace, route.Name, route.Spec.TenantID, route.Spec.Region)
+	printf(c.out, "TenantRoute %s/%s: tenant %s, region %s\n", route.Namespace, route.Name, route.Spec.TenantID, route.Spec.Region)
 	cond := func(typ string) string {
 		if cd := meta.FindStatusCondition(route.Status.Conditions, typ); cd != nil {
 			return fmt.Sprintf("%s (%s) %s", cd.Status, cd.Reason, cd.Message)
@@ -32,7 +32,7 @@ func (c *cli) status(ctx context.Context, name string) error {
 		return "unknown (not reconciled yet)"
 	}
 	t := c.table()
-	fmt.Fprintf(t, "Ready:\t%s\n", cond(v1.ConditionReady))
+	printf(t, "Ready:\t%s\n", cond(v1.ConditionReady))
 	mode := "Automatic"
 	if f := route.Spec.Failover; f != nil && f.Mode == v1.FailoverManual {
 		mode = "Manual, pinned to " + f.PinnedEdge
@@ -44,13 +44,13 @@ func (c *cli) status(ctx context.Context, name string) error {
 	if len(route.Spec.Edges) > 0 {
 		preferred = route.Spec.Edges[0]
 	}
-	fmt.Fprintf(t, "Active edge:\t%s (preferred %s; failover %s)\n", orDash(route.Status.ActiveEdge), preferred, mode)
+	printf(t, "Active edge:\t%s (preferred %s; failover %s)\n", orDash(route.Status.ActiveEdge), preferred, mode)
 	last := "never"
 	if lf := route.Status.LastFailoverTime; lf != nil {
 		last = fmt.Sprintf("%s (%s ago)", lf.UTC().Format(time.RFC3339), time.Since(lf.Time).Round(time.Second))
 	}
-	fmt.Fprintf(t, "Last failover:\t%s\n", last)
-	fmt.Fprintf(t, "Failed over:\t%s\n", cond(v1.ConditionFailedOver))
+	printf(t, "Last failover:\t%s\n", last)
+	printf(t, "Failed over:\t%s\n", cond(v1.ConditionFailedOver))
 	_ = t.Flush()
 
 	fmt.Fprintln(c.out, "\nHostnames:")
@@ -63,10 +63,10 @@ func (c *cli) status(ctx context.Context, name string) error {
 	for _, h := range route.Spec.Hostnames {
 		st, ok := states[h]
 		if !ok {
-			fmt.Fprintf(t, "  %s\t-\t-\tnot reconciled yet\n", h)
+			printf(t, "  %s\t-\t-\tnot reconciled yet\n", h)
 			continue
 		}
-		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\n", h, st.State, st.Since.UTC().Format(time.RFC3339), orDash(st.Message))
+		printf(t, "  %s\t%s\t%s\t%s\n", h, st.State, st.Since.UTC().Format(time.RFC3339), orDash(st.Message))
 	}
 	_ = t.Flush()
 
@@ -76,7 +76,7 @@ func (c *cli) status(ctx context.Context, name string) error {
 	for _, edge := range route.Spec.Edges {
 		ep, ok := w.edges[edge]
 		if !ok {
-			fmt.Fprintf(t, "  %s\t-\tdoes not exist\t-\n", edge)
+			printf(t, "  %s\t-\tdoes not exist\t-\n", edge)
 			continue
 		}
 		health := "Unknown"
@@ -91,7 +91,7 @@ func (c *cli) status(ctx context.Context, name string) error {
 			}
 			probe = fmt.Sprintf("%s in %d ms at %s %s", result, p.LatencyMilliseconds, p.Time.UTC().Format(time.RFC3339), p.Message)
 		}
-		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\n", edge, orDash(ep.Status.Type), health, probe)
+		printf(t, "  %s\t%s\t%s\t%s\n", edge, orDash(ep.Status.Type), health, probe)
 	}
 	_ = t.Flush()
 
@@ -108,13 +108,13 @@ func (c *cli) status(ctx context.Context, name string) error {
 		for _, z := range ep.Spec.Zones {
 			zv := w.zone(ctx, edge, z.Name)
 			if zv.err != nil {
-				fmt.Fprintf(t, "  %s\t%s\t?\t\t\t%v\n", edge, z.Name, zv.err)
+				printf(t, "  %s\t%s\t?\t\t\t%v\n", edge, z.Name, zv.err)
 				failed = append(failed, zv.err)
 				continue
 			}
 			for _, r := range zv.records {
 				if r.Owner == owner {
-					fmt.Fprintf(t, "  %s\t%s\t%s\t%s\t%d\t%s\n", edge, z.Name, r.Name, r.Type, r.TTL, values(r))
+					printf(t, "  %s\t%s\t%s\t%s\t%d\t%s\n", edge, z.Name, r.Name, r.Type, r.TTL, values(r))
 				}
 			}
 		}
@@ -142,7 +142,7 @@ func (c *cli) pin(ctx context.Context, name, edge, reason string) error {
 	if err := c.patchFailover(ctx, route, failover); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "TenantRoute %s/%s pinned to %s\n", route.Namespace, name, edge)
+	printf(c.out, "TenantRoute %s/%s pinned to %s\n", route.Namespace, name, edge)
 	return nil
 }
 
@@ -155,7 +155,7 @@ func (c *cli) unpin(ctx context.Context, name string) error {
 	if err := c.patchFailover(ctx, route, map[string]any{"mode": v1.FailoverAutomatic, "pinnedEdge": nil, "reason": nil}); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "TenantRoute %s/%s is back on automatic failover\n", route.Namespace, name)
+	printf(c.out, "TenantRoute %s/%s is back on automatic failover\n", route.Namespace, name)
 	return nil
 }
 
