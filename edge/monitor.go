@@ -223,7 +223,20 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 		req.Host = c.HostHeader
 	}
 	req.Header.Set("User-Agent", "tenantroute-operator/health-check")
-	resp, err := m.client.Do(req)
+	client := m.client
+	if c.HostHeader != "" && req.URL.Scheme == "https" {
+		// An edge probed by its address (a CDN's, say) is asked for the host's
+		// certificate, as a client of the host would: net/http takes the TLS server name
+		// from the URL, not from the Host header, and checked the edge's certificate
+		// against the address, failing every probe of a healthy edge.
+		t := m.client.Transport.(*http.Transport).Clone()
+		t.TLSClientConfig.ServerName = c.HostHeader
+		if host, _, err := net.SplitHostPort(c.HostHeader); err == nil {
+			t.TLSClientConfig.ServerName = host
+		}
+		client = &http.Client{Transport: t, CheckRedirect: m.client.CheckRedirect}
+	}
+	resp, err := client.Do(req)
 	p.Latency = time.Since(start)
 	// Messages reach TenantRoutes' events, which tenants may read: no credentials or
 	// query string of the probe URL.

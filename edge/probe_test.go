@@ -3,9 +3,17 @@ package edge
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -56,5 +64,49 @@ func TestAProbeQuotesAnAnswerOfAnySizeInAFewHundredBytes(t *testing.T) {
 				t.Errorf("the probe's message quotes %d bytes of the answer", quoted)
 			}
 		})
+	}
+}
+
+// An edge probed by its address with hostHeader set (a CDN's edge, say) is asked for
+// the host's certificate, and that certificate is checked against the host: the
+// probe is a client of the host.
+func TestAProbeByAddressAsksForTheHostsCertificate(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{"probe.example.com"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	var sni atomic.Value
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.Host, "probe.example.com") {
+			w.WriteHeader(http.StatusMisdirectedRequest)
+		}
+	}))
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, // without SNI
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			sni.Store(h.ServerName)
+			return &cert, nil
+		}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	m := NewMonitor()
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	m.client.Transport.(*http.Transport).TLSClientConfig.RootCAs = roots
+	for _, host := range []string{"probe.example.com", "probe.example.com:443"} {
+		p := m.probe(context.Background(), Check{URL: srv.URL + "/healthz", HostHeader: host, Timeout: 5 * time.Second})
+		if !p.OK || sni.Load() != "probe.example.com" {
+			t.Errorf("hostHeader %s: probe OK %v (%s), SNI %q; want OK and SNI probe.example.com", host, p.OK, p.Message, sni.Load())
+		}
+	}
+	// Without hostHeader the certificate does not name the address: a failure.
+	if p := m.probe(context.Background(), Check{URL: srv.URL + "/healthz", Timeout: 5 * time.Second}); p.OK || !strings.Contains(p.Message, "127.0.0.1 because") {
+		t.Errorf("a certificate for another name: OK %v (%s), want a failure naming the address", p.OK, p.Message)
 	}
 }
