@@ -177,6 +177,12 @@ func (m *Monitor) run(edge string, w *watch) {
 			from := machine.State()
 			to, changed := machine.Observe(p.OK, p.At)
 			m.mu.Lock()
+			if ctx.Err() != nil {
+				// Watch replaced this probing meanwhile and took the state from before
+				// this probe: reporting its transition would say what no planning saw.
+				m.mu.Unlock()
+				return
+			}
 			w.state, w.last = to, p
 			m.mu.Unlock()
 			if m.OnProbe != nil {
