@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -230,11 +231,12 @@ func (m *Monitor) probe(ctx context.Context, c Check) Probe {
 	}
 	req.Header.Set("User-Agent", "tenantroute-operator/health-check")
 	client := m.client
-	if c.HostHeader != "" && req.URL.Scheme == "https" {
+	if _, err := netip.ParseAddr(req.URL.Hostname()); err == nil && c.HostHeader != "" && req.URL.Scheme == "https" {
 		// An edge probed by its address (a CDN's, say) is asked for the host's
 		// certificate, as a client of the host would: net/http takes the TLS server name
 		// from the URL, not from the Host header, and checked the edge's certificate
-		// against the address, failing every probe of a healthy edge.
+		// against the address, failing every probe of a healthy edge. A URL that names
+		// a host keeps its own name, as before.
 		t := m.client.Transport.(*http.Transport).Clone()
 		t.TLSClientConfig.ServerName = c.HostHeader
 		if host, _, err := net.SplitHostPort(c.HostHeader); err == nil {

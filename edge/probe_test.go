@@ -72,7 +72,7 @@ func TestAProbeQuotesAnAnswerOfAnySizeInAFewHundredBytes(t *testing.T) {
 // probe is a client of the host.
 func TestAProbeByAddressAsksForTheHostsCertificate(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{"probe.example.com"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{"probe.example.com", "localhost"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -100,10 +100,18 @@ func TestAProbeByAddressAsksForTheHostsCertificate(t *testing.T) {
 	roots.AddCert(leaf)
 	m.client.Transport.(*http.Transport).TLSClientConfig.RootCAs = roots
 	for _, host := range []string{"probe.example.com", "probe.example.com:443"} {
+		sni.Store("")
 		p := m.probe(context.Background(), Check{URL: srv.URL + "/healthz", HostHeader: host, Timeout: 5 * time.Second})
 		if !p.OK || sni.Load() != "probe.example.com" {
 			t.Errorf("hostHeader %s: probe OK %v (%s), SNI %q; want OK and SNI probe.example.com", host, p.OK, p.Message, sni.Load())
 		}
+	}
+	// A URL that names a host keeps its own name for TLS, whatever the Host header (an
+	// edge whose certificate names the URL's host, not the header's, stays healthy).
+	sni.Store("")
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	if p := m.probe(context.Background(), Check{URL: "https://localhost:" + port + "/healthz", HostHeader: "probe.example.com", Timeout: 5 * time.Second}); !p.OK || sni.Load() != "localhost" {
+		t.Errorf("a URL naming a host: probe OK %v (%s), SNI %q; want OK and SNI localhost", p.OK, p.Message, sni.Load())
 	}
 	// Without hostHeader the certificate does not name the address: a failure.
 	if p := m.probe(context.Background(), Check{URL: srv.URL + "/healthz", Timeout: 5 * time.Second}); p.OK || !strings.Contains(p.Message, "127.0.0.1 because") {
