@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -117,6 +118,39 @@ func NewCached(p Provider, resync time.Duration) *Cached {
 	return &Cached{Provider: p, resync: resync, now: time.Now, zones: map[string]*zoneRecords{}, listing: map[string][]*listingUnderWay{}}
 }
 
+// list lists the zone and caches the listing, merged with what was applied while it
+// was read; it returns the records, and those cached before when there were (had). An
+// apply of unknown outcome meanwhile leaves the zone unknown: that is an error, so that
+// the caller lists again rather than plan from a listing that may predate the apply.
+func (c *Cached) list(ctx context.Context, zone Zone) (records, before []Record, had bool, err error) {
+	listedAt := c.now()
+	l := c.beginListing(zone.ID)
+	installed := false
+	defer func() {
+		if !installed { // failed, left unknown, or panicked: stop collecting
+			c.mu.Lock()
+			c.endListing(zone.ID, l)
+			c.mu.Unlock()
+		}
+	}()
+	recs, err := c.Provider.ListRecords(ctx, zone)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	zr := newZoneRecords(recs, listedAt) // sorted outside the lock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had := c.zones[zone.ID]
+	if had {
+		before = old.records()
+	}
+	if installed = c.install(zone.ID, l, zr) != nil; !installed {
+		return nil, nil, false, &Error{Provider: c.Provider.Name(), Op: "ListRecords", Kind: Transient,
+			Err: errors.New("a write of unknown outcome was made while the zone was listed; it is listed again")}
+	}
+	return zr.records(), before, had, nil
+}
+
 // ListRecords returns the zone's records from the cache, listing the zone when it was
 // never listed or was listed more than the resync period ago. Concurrent callers of a
 // zone share one list call. The records returned must not be modified.
@@ -128,22 +162,8 @@ func (c *Cached) ListRecords(ctx context.Context, zone Zone) ([]Record, error) {
 		if recs, ok := c.fresh(zone.ID); ok {
 			return recs, nil
 		}
-		listedAt := c.now()
-		l := c.beginListing(zone.ID)
-		recs, err := c.Provider.ListRecords(ctx, zone)
-		if err != nil {
-			c.mu.Lock()
-			c.endListing(zone.ID, l)
-			c.mu.Unlock()
-			return nil, err
-		}
-		zr := newZoneRecords(recs, listedAt) // sorted outside the lock
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.install(zone.ID, l, zr) != nil {
-			return zr.records(), nil
-		}
-		return zr.snapshot, nil
+		recs, _, _, err := c.list(ctx, zone)
+		return recs, err
 	})
 	if err != nil {
 		return nil, err
@@ -251,30 +271,13 @@ func (c *Cached) Relist(ctx context.Context, zone Zone) (records []Record, drift
 		drifted map[string]bool
 	}
 	v, err, _ := c.flight.Do("relist\x00"+zone.ID, func() (any, error) {
-		listedAt := c.now()
-		l := c.beginListing(zone.ID)
-		recs, err := c.Provider.ListRecords(ctx, zone)
+		recs, before, had, err := c.list(ctx, zone)
 		if err != nil {
-			c.mu.Lock()
-			c.endListing(zone.ID, l)
-			c.mu.Unlock()
 			return nil, err
 		}
-		zr := newZoneRecords(recs, listedAt) // sorted outside the lock
-		c.mu.Lock()
-		old, had := c.zones[zone.ID]
-		var before []Record
+		out := relisted{records: recs}
 		if had {
-			before = old.records()
-		}
-		installed := c.install(zone.ID, l, zr) != nil
-		out := relisted{records: zr.snapshot}
-		if installed {
-			out.records = zr.records()
-		}
-		c.mu.Unlock()
-		if had && installed { // else an apply meanwhile left the zone unknown: all may have changed
-			out.drifted = driftedNames(before, out.records)
+			out.drifted = driftedNames(before, recs)
 		}
 		return out, nil
 	})

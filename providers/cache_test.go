@@ -311,6 +311,8 @@ type gatedLister struct {
 	applyErr error
 }
 
+func (p *gatedLister) Name() string { return "gated" }
+
 func (p *gatedLister) ListRecords(context.Context, Zone) ([]Record, error) {
 	p.mu.Lock()
 	p.lists++
@@ -379,12 +381,14 @@ func TestAListingUnderWayDoesNotUndoAnApply(t *testing.T) {
 	p := &gatedLister{records: map[Key]Record{old.Key(): old}, listed: make(chan struct{}), release: make(chan struct{}),
 		applyErr: errors.New("connection reset")}
 	c := NewCached(p, time.Hour)
-	first := make(chan struct{})
-	go func() { _, _ = c.ListRecords(context.Background(), z); close(first) }()
+	first := make(chan error)
+	go func() { _, err := c.ListRecords(context.Background(), z); first <- err }()
 	<-p.listed
 	_, _ = c.ApplyChanges(context.Background(), z, []Change{{Action: Create, New: &created}})
 	close(p.release)
-	<-first
+	if err := <-first; err == nil || IsPermanent(err) {
+		t.Fatalf("a listing made while a write of unknown outcome was: %v, want a transient error", err)
+	}
 	go func() {
 		for range p.listed { // the listing asked again
 		}

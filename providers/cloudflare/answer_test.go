@@ -101,6 +101,7 @@ func TestCreatedRecordsGetTheirOwnIDs(t *testing.T) {
 	}{
 		{"in order", []posted{post("1", sent[0]), post("2", sent[1]), post("3", sent[2]), post("4", sent[3])}, []string{"1", "2", "3", "4"}},
 		{"reversed", []posted{post("4", sent[3]), post("3", sent[2]), post("2", sent[1]), post("1", sent[0])}, []string{"1", "2", "3", "4"}},
+		{"two values of one set swapped", []posted{post("1", sent[0]), post("2", sent[1]), post("4", sent[3]), post("3", sent[2])}, []string{"1", "2", "3", "4"}},
 		{"written back in another case, with a dot", []posted{{ID: "2", Name: "B.example.com.", Type: "cname", Content: "edge-1.example.net"},
 			post("1", sent[0]), post("4", sent[3]), post("3", sent[2])}, []string{"1", "2", "3", "4"}},
 	} {

@@ -489,8 +489,10 @@ func postIDs(sent []batchRecord, got []posted) ([]string, error) {
 	ids := make([]string, len(sent))
 	inOrder := true
 	for i := range sent {
+		// Content too: two values of one record set (A 192.0.2.1 and .2) answered
+		// swapped would otherwise trade ids, and removing one value delete the other.
 		ids[i] = got[i].ID
-		inOrder = inOrder && named(sent[i], got[i])
+		inOrder = inOrder && named(sent[i], got[i]) && fold(sent[i].Content) == fold(got[i].Content)
 	}
 	if inOrder {
 		return ids, nil
