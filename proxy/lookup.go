@@ -268,15 +268,10 @@ func (c *Chain) resolve(ctx context.Context, host string) (*CachedRoute, Outcome
 	// cache and one background refresh a second tries the layers again.
 	now := time.Now()
 	if e := c.cache.get([]byte(host)); e != nil && now.UnixNano() < e.staleUntil {
-		// An invalidated entry is not put back (it would keep putting itself back
-		// every second while the layers fail).
-		if current() {
-			c.cache.put(host, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
-				expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
-			if !current() {
-				c.cache.delete(host)
-			}
-		}
+		// Only in the entry's own place: one Invalidate deleted meanwhile is not put
+		// back (it would keep putting itself back every second while the layers fail).
+		c.cache.swap(host, e, &cacheEntry{route: e.route, stale: true, staleUntil: e.staleUntil,
+			expires: min(now.Add(time.Second).UnixNano(), e.staleUntil), refreshAt: now.Add(100 * time.Millisecond).UnixNano()})
 		return e.route, OutcomeStale
 	}
 	return nil, OutcomeError

@@ -98,6 +98,16 @@ func (c *routeCache) delete(host string) {
 	s.entries.Store(&m)
 }
 
+// swap puts e in old's place, if old is still the host's entry: one Invalidate
+// deleted is not put back.
+func (c *routeCache) swap(host string, old, e *cacheEntry) {
+	c.update(host, func(m map[string]*cacheEntry) {
+		if m[host] == old {
+			m[host] = e
+		}
+	})
+}
+
 func (c *routeCache) update(host string, change func(map[string]*cacheEntry)) {
 	s := c.shard([]byte(host))
 	s.mu.Lock()

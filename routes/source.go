@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -160,7 +161,7 @@ func LookupHandler(src Lookup, token []byte, normalize func(string) (string, boo
 		switch {
 		case errors.Is(err, ErrNotFound):
 			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"error":"no route for this host"}` + "\n"))
+			_, _ = w.Write([]byte(`{"error":"` + notFoundMessage + `"}` + "\n"))
 		case err != nil:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte(`{"error":"the route cannot be looked up right now"}` + "\n"))
@@ -169,6 +170,10 @@ func LookupHandler(src Lookup, token []byte, normalize func(string) (string, boo
 		}
 	})
 }
+
+// notFoundMessage is the lookup endpoint's answer for a host without a route; a
+// proxy believes a 404 only with it.
+const notFoundMessage = "no route for this host"
 
 // HTTPSource is the source of truth of a standalone proxy: the manager's lookup
 // endpoint.
@@ -205,10 +210,15 @@ func (s HTTPSource) Lookup(ctx context.Context, host string) (Route, error) {
 		}
 		return r, nil
 	case http.StatusNotFound:
-		// Only the endpoint's own answer (JSON) means "no route": a 404 from anything
-		// else on the way (a wrong path in the URL, an ingress's default backend) taken
-		// as one would drop every route the proxy knows and answer 404 for all.
-		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+		// Only the endpoint's own answer means "no route": a 404 from anything else on
+		// the way (a wrong path in the URL, an ingress's default backend, a gateway's
+		// JSON) taken as one would drop every route the proxy knows and answer 404 for
+		// all.
+		var answer struct {
+			Error string `json:"error"`
+		}
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" &&
+			json.NewDecoder(io.LimitReader(resp.Body, 1<<10)).Decode(&answer) == nil && answer.Error == notFoundMessage {
 			return Route{}, ErrNotFound
 		}
 	}

@@ -41,9 +41,16 @@ func TestOnlyTheLookupEndpointSaysNotFound(t *testing.T) {
 		_, _ = w.Write([]byte("<html>default backend - 404</html>"))
 	}))
 	defer ingress.Close()
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"no Route matched with those values"}`))
+	}))
+	defer gateway.Close()
 	for what, base := range map[string]string{
 		"a base URL with a path the endpoint does not serve": endpoint.URL + "/api",
 		"an ingress's default backend":                       ingress.URL,
+		"a gateway's JSON":                                   gateway.URL,
 	} {
 		_, err := HTTPSource{BaseURL: base, Token: token}.Lookup(ctx, "shop.example.com")
 		if err == nil || errors.Is(err, ErrNotFound) {

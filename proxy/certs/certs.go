@@ -180,7 +180,9 @@ func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 		// skip the mounted certificates into an order. A challenge is only ever solved
 		// for a routed hostname: any other name would cost a storage read and an error
 		// line in the library's log, with an SNI of the client's choosing, per handshake.
-		if known, _ := m.router.Routed(hello.Context(), hello.ServerName, false); !known {
+		// A failed lookup does not refuse: the challenge may be in the shared storage,
+		// and a CA's failed validation counts against the hostname.
+		if known, err := m.router.Routed(hello.Context(), hello.ServerName, false); !known && err == nil {
 			observeHandshake("not_routed")
 			return nil, errNotRouted
 		}
