@@ -90,11 +90,14 @@ func render(t *testing.T, vals map[string]any) (*chart.Chart, []*unstructured.Un
 }
 
 func renderAs(release string, vals map[string]any) (*chart.Chart, string, error) {
-	return renderOn(&common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}, release, vals)
+	return renderOn(&common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"},
+		common.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"},
+		release, vals)
 }
 
-// renderOn renders the chart as helm install would against a cluster of that version.
-func renderOn(kube *common.KubeVersion, release string, vals map[string]any) (*chart.Chart, string, error) {
+// renderOn renders the chart as helm install would against a cluster of that version
+// serving those APIs beside the default set.
+func renderOn(kube *common.KubeVersion, apis common.VersionSet, release string, vals map[string]any) (*chart.Chart, string, error) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, "", err
@@ -102,7 +105,7 @@ func renderOn(kube *common.KubeVersion, release string, vals map[string]any) (*c
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName, install.Namespace, install.Replace = release, namespace, true
-	install.KubeVersion = kube
+	install.KubeVersion, install.APIVersions = kube, apis
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return nil, "", err
@@ -422,7 +425,7 @@ func TestValuesGuards(t *testing.T) {
 
 	// A cluster older than 1.36 does not serve MutatingAdmissionPolicy: the default
 	// install must not fail there ("no matches for kind"); 1.30 is the chart's floor.
-	_, manifest, err := renderOn(&common.KubeVersion{Version: "v1.33.4", Major: "1", Minor: "33"}, releaseName, nil)
+	_, manifest, err := renderOn(&common.KubeVersion{Version: "v1.33.4", Major: "1", Minor: "33"}, nil, releaseName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
