@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 400, "Burst of requests to the Kubernetes API server, with a positive --kube-api-qps.")
 	flag.StringVar(&c.operator.Namespace, "namespace", envOr("POD_NAMESPACE", "tenantroute-system"), "Namespace of the EdgeProviders' credential Secrets (the operator's own).")
 	c.operator.Instance = "default"
-	flag.Func("instance", "Name of this installation in the ownership marker of its records (a DNS label; default \"default\"); installations sharing zones need different names.", func(v string) (err error) {
+	flag.Func("instance", "Name of this installation in the ownership marker of its records (letters, digits, '.', '_', '-'; default \"default\"); installations sharing zones need different names.", func(v string) (err error) {
 		c.operator.Instance, err = instanceName(v)
 		return err
 	})
@@ -243,15 +243,17 @@ func runAll(ctx context.Context, c config) error {
 	return mgr.Start(ctx)
 }
 
-// instanceName checks an installation's name. A name with a slash would make another
-// installation's markers look like this one's: "prod" would take "prod/eu/ns/name" for
-// its own, and sweep it as an orphan.
+// instanceName checks an installation's name: letters, digits, '.', '_' and '-', up
+// to 63. A name with a slash would make another installation's markers look like this
+// one's: "prod" would take "prod/eu/ns/name" for its own, and sweep it as an orphan.
 func instanceName(v string) (string, error) {
-	if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-		return "", fmt.Errorf("%q is not a DNS label: %s", v, strings.Join(errs, "; "))
+	if !instancePattern.MatchString(v) {
+		return "", fmt.Errorf("%q: an installation's name is 1-63 letters, digits, '.', '_' or '-'", v)
 	}
 	return v, nil
 }
+
+var instancePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
 // lookupBaseURL checks the lookup endpoint's base URL and drops a trailing slash,
 // which would make every lookup ask //v1/routes and fail.

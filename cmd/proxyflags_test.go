@@ -51,15 +51,15 @@ func TestLookupURLIsCheckedAtStart(t *testing.T) {
 	}
 }
 
-// An installation's name is a DNS label: with a slash, one installation would take
+// An installation's name holds no slash: with one, an installation would take
 // another's ownership markers for its own ("prod" and "prod/eu") and sweep them.
-func TestInstanceNameIsADNSLabel(t *testing.T) {
-	for _, ok := range []string{"default", "prod-eu", "a"} {
+func TestInstanceNameHoldsNoSlash(t *testing.T) {
+	for _, ok := range []string{"default", "prod-eu", "a", "Prod", "prod.eu", "prod_eu"} {
 		if _, err := instanceName(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "prod/eu", "Prod", "prod.eu", "-prod", strings.Repeat("a", 64)} {
+	for _, bad := range []string{"", "prod/eu", "prod eu", "prod\neu", strings.Repeat("a", 64)} {
 		if _, err := instanceName(bad); err == nil {
 			t.Errorf("%q was taken", bad)
 		}

@@ -15,13 +15,14 @@ import (
 // escape sequence could rewrite the screen or set the clipboard, and a newline or a tab
 // forge a row of a table.
 func printf(w io.Writer, format string, args ...any) {
+	if false {
+		_ = fmt.Sprintf(format, args...) // makes go vet check printf's callers as fmt's
+	}
 	safe := make([]any, len(args))
 	for i, a := range args {
-		switch v := a.(type) {
-		case error:
-			safe[i] = terminalSafe(v.Error())
-		case fmt.Stringer:
-			safe[i] = terminalSafe(v.String())
+		switch a.(type) {
+		case error, fmt.Stringer:
+			safe[i] = terminalSafe(fmt.Sprint(a)) // fmt survives a nil pointer's method
 		default:
 			if rv := reflect.ValueOf(a); rv.Kind() == reflect.String {
 				safe[i] = terminalSafe(rv.String())
