@@ -146,14 +146,19 @@ func (s *RedisStorage) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Exists implements certmagic.Storage. A key is answered with one EXISTS; only a
-// missing one is looked for as a directory (a scan, which the library needs rarely).
+// Exists implements certmagic.Storage. A key is read and opened: one that does not
+// open counts as absent, as for Load. (Answered by EXISTS, a certificate written with
+// a rotated key existed but never loaded: the library saw it there and ordered
+// nothing, and every handshake of its hostname failed until someone deleted the keys
+// by hand.) Only a missing key is looked for as a directory (a scan, which the library
+// needs rarely).
 func (s *RedisStorage) Exists(ctx context.Context, key string) bool {
 	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
-	n, err := s.kv.Client.Exists(opCtx, storagePrefix+key).Result()
+	b, err := s.kv.Client.Get(opCtx, storagePrefix+key).Bytes()
 	cancel()
-	if err == nil && n > 0 {
-		return true
+	if err == nil {
+		_, _, err = s.open(key, b)
+		return err == nil
 	}
 	if strings.HasSuffix(key, ".crt") || strings.HasSuffix(key, ".key") || strings.HasSuffix(key, ".json") {
 		return false // a file's name: no directory has it

@@ -53,6 +53,15 @@ func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 	if _, err := s.Load(ctx, "certificates/ca/b.test/b.test.key"); err == nil {
 		t.Fatal("a value moved to another key was accepted")
 	}
+	// After the shared key is rotated, what no longer opens is absent for Exists as for
+	// Load: the library orders a certificate only where Exists says there is none.
+	rotated, err := NewRedisStorage(routes.KV{Client: kv.Client, Key: []byte(strings.Repeat("r", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Exists(ctx, "certificates/ca/a.test/a.test.crt") || !s.Exists(ctx, "certificates/ca/a.test/a.test.crt") {
+		t.Fatal("Exists of a value that does not open with the storage's key")
+	}
 	list, err := s.List(ctx, "certificates/ca", false)
 	slices.Sort(list)
 	if err != nil || !slices.Equal(list, []string{"certificates/ca/a.test", "certificates/ca/b.test"}) {
