@@ -206,7 +206,16 @@ func (s *kvSync) sync(ctx context.Context) (int, error) {
 	for _, k := range recorded {
 		has[k] = true
 	}
+	// One key per command (a Redis Cluster refuses a DEL of keys on several slots), in
+	// pipelines of 1,000: after Redis lost its data, every route's record is written.
 	pipe := s.KV.Client.Pipeline()
+	flush := func(force bool) error {
+		if pipe.Len() == 0 || (!force && pipe.Len() < 1000) {
+			return nil
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
 	for i := range list.Items {
 		key := hostsKey(client.ObjectKeyFromObject(&list.Items[i]))
 		if granted := routes.Granted(&list.Items[i]); len(granted) > 0 && !has[key] {
@@ -215,13 +224,16 @@ func (s *kvSync) sync(ctx context.Context) (int, error) {
 				members[j] = h
 			}
 			pipe.SAdd(ctx, key, members...)
+			if err := flush(false); err != nil {
+				return deleted, err
+			}
 		}
 	}
-	if stale := slices.DeleteFunc(recorded, func(k string) bool { return exists[k] }); len(stale) > 0 {
-		pipe.Del(ctx, stale...)
+	for _, key := range slices.DeleteFunc(recorded, func(k string) bool { return exists[k] }) {
+		pipe.Del(ctx, key)
+		if err := flush(false); err != nil {
+			return deleted, err
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return deleted, err
-	}
-	return deleted, nil
+	return deleted, flush(true)
 }

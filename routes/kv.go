@@ -256,16 +256,16 @@ func (k KV) Put(ctx context.Context, routes map[string]Route) error {
 	return err
 }
 
-// Delete removes hosts from the KV.
+// Delete removes hosts from the KV, one key per command in one pipeline: in a Redis
+// Cluster the keys of one command must hash to one slot, and a DEL of several hosts
+// was refused (CROSSSLOT).
 func (k KV) Delete(ctx context.Context, hosts ...string) error {
-	if len(hosts) == 0 {
-		return nil
+	pipe := k.Client.Pipeline()
+	for _, h := range hosts {
+		pipe.Del(ctx, KeyPrefix+h)
 	}
-	keys := make([]string, len(hosts))
-	for i, h := range hosts {
-		keys[i] = KeyPrefix + h
-	}
-	return k.Client.Del(ctx, keys...).Err()
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // Sync makes the KV hold exactly routes: every entry written again (with a fresh
