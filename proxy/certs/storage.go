@@ -36,7 +36,7 @@ type RedisStorage struct {
 	aead cipher.AEAD
 
 	mu    sync.Mutex
-	locks map[string]heldLock
+	locks map[string][]heldLock // by name, oldest first
 }
 
 type heldLock struct {
@@ -69,7 +69,7 @@ func NewRedisStorage(kv routes.KV) (*RedisStorage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RedisStorage{kv: kv, aead: aead, locks: map[string]heldLock{}}, nil
+	return &RedisStorage{kv: kv, aead: aead, locks: map[string][]heldLock{}}, nil
 }
 
 func (s *RedisStorage) String() string { return "redis" }
@@ -246,13 +246,19 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 	}
 	stop := make(chan struct{})
 	s.mu.Lock()
-	if old, ok := s.locks[name]; ok {
+	for _, old := range s.locks[name] {
 		// This process held the lock before and lost it (its refreshes failed while
-		// Redis was away, and it expired): that holder's refresher stops here, and its
-		// Unlock finds the token changed.
-		close(old.stop)
+		// Redis was away, and it expired): that holder's refresher stops here. Its
+		// Unlock, which comes first, is given its own token, which no longer matches:
+		// it must not release the lock taken since.
+		if old.stop != nil {
+			close(old.stop)
+		}
 	}
-	s.locks[name] = heldLock{token: token, stop: stop}
+	for i := range s.locks[name] {
+		s.locks[name][i].stop = nil
+	}
+	s.locks[name] = append(s.locks[name], heldLock{token: token, stop: stop})
 	s.mu.Unlock()
 	go func() {
 		t := time.NewTicker(lockTTL / 3)
@@ -273,14 +279,24 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 
 // Unlock implements certmagic.Locker.
 func (s *RedisStorage) Unlock(ctx context.Context, name string) error {
+	// certmagic's Unlock names no holder: the oldest is released (whose lock, if a
+	// later Lock took the name, has expired and is left alone by its token).
 	s.mu.Lock()
-	held, ok := s.locks[name]
-	delete(s.locks, name)
-	s.mu.Unlock()
-	if !ok {
+	holders := s.locks[name]
+	if len(holders) == 0 {
+		s.mu.Unlock()
 		return fmt.Errorf("certificate storage: %s is not locked by this proxy", name)
 	}
-	close(held.stop)
+	held := holders[0]
+	if len(holders) == 1 {
+		delete(s.locks, name)
+	} else {
+		s.locks[name] = holders[1:]
+	}
+	s.mu.Unlock()
+	if held.stop != nil {
+		close(held.stop)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redisOpTimeout)
 	defer cancel()
 	if err := unlockScript.Run(ctx, s.kv.Client, []string{lockPrefix + name}, held.token).Err(); err != nil {

@@ -120,4 +120,28 @@ func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 	if ttl, _ := kv.Client.PTTL(ctx, lockPrefix+"issue_cert_a.test").Result(); ttl <= 0 || ttl > lockTTL {
 		t.Fatalf("lock TTL %s: a dead holder's lock must expire", ttl)
 	}
+
+	// A holder whose lock expired (its refreshes failed) and a later holder in the same
+	// process: the first Unlock must not release the lock the second took.
+	if err := s.Lock(ctx, "issue_cert_b.test"); err != nil {
+		t.Fatal(err)
+	}
+	kv.Client.Del(ctx, lockPrefix+"issue_cert_b.test") // expired
+	if err := s.Lock(ctx, "issue_cert_b.test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unlock(ctx, "issue_cert_b.test"); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := other.Lock(waitCtx, "issue_cert_b.test"); err == nil {
+		t.Fatal("the expired holder's Unlock released the lock taken since")
+	}
+	if err := s.Unlock(ctx, "issue_cert_b.test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Lock(ctx, "issue_cert_b.test"); err != nil {
+		t.Fatalf("after both Unlocks: %v", err)
+	}
 }
