@@ -206,8 +206,9 @@ type HealthCheck struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname().size() > 0",message="spec.healthCheck.url must be an absolute http or https URL"
 	URL string `json:"url"`
 
-	// hostHeader overrides the Host header of the probe and, over HTTPS, the TLS server
-	// name it asks for and checks the certificate against (an edge probed by address).
+	// hostHeader overrides the Host header of the probe and, when the URL is an HTTPS
+	// address (an edge probed by address), the TLS server name it asks for and checks
+	// the certificate against.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	HostHeader string `json:"hostHeader,omitempty"`
