@@ -2,7 +2,10 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,10 +17,10 @@ import (
 
 // refuseUpdates has the API server refuse the updates of one of the project's
 // resources (e.g. "tenantroutes/status") for which expression, in CEL over object, is
-// false: the test's stand-in for an API server that cannot take a write. It returns
-// the func that lifts the refusal (also run at the test's end). The policy takes a
-// moment to be in force: wait for a refused dry run.
-func refuseUpdates(t *testing.T, name, resource, expression, message string) (lift func()) {
+// false: the test's stand-in for an API server that cannot take a write. It returns,
+// once the policy is in force (a dry-run status update to refused is refused), the
+// func that lifts the refusal (also run at the test's end).
+func refuseUpdates(t *testing.T, name, resource, expression, message string, refused client.Object) (lift func()) {
 	t.Helper()
 	ctx := context.Background()
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
@@ -45,6 +48,19 @@ func refuseUpdates(t *testing.T, name, resource, expression, message string) (li
 		}
 		t.Cleanup(func() { _ = k8s.Delete(ctx, obj) })
 	}
+	eventually(t, 20*time.Second, func() error {
+		// At the stored version: refused by the policy, not by a conflict.
+		current := refused.DeepCopyObject().(client.Object)
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(refused), current); err != nil {
+			return err
+		}
+		probe := refused.DeepCopyObject().(client.Object)
+		probe.SetResourceVersion(current.GetResourceVersion())
+		if err := k8s.Status().Update(ctx, probe, client.DryRunAll); err == nil || !strings.Contains(err.Error(), message) {
+			return fmt.Errorf("%s is not in force yet (%v)", name, err)
+		}
+		return nil
+	})
 	return func() {
 		t.Helper()
 		for _, obj := range []client.Object{binding, policy} {
