@@ -17,6 +17,7 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.DurationVar(&o.DialTimeout, "upstream-dial-timeout", proxy.DefaultDialTimeout, "Timeout of connecting to a backend, TLS handshake included, and of waiting for one of its pooled connections when --upstream-max-conns are busy.")
 	fs.DurationVar(&o.UpstreamIdleConnTimeout, "upstream-idle-conn-timeout", proxy.DefaultUpstreamIdleConnTimeout, "Pooled backend connections unused this long are closed; keep it below the backends' own keep-alive timeout.")
 	fs.IntVar(&o.MaxConnsPerBackend, "upstream-max-conns", proxy.DefaultMaxConnsPerBackend, "Connections to each backend at most.")
+	fs.IntVar(&o.MaxConnsPerTenant, "upstream-max-conns-per-tenant", 0, "Connections to each backend that one tenant's requests may hold at once, so that one tenant's slow requests cannot take a region's backends from its other tenants (past it: another backend, or 503). 0: a quarter of --upstream-max-conns.")
 	fs.IntVar(&o.MaxResponseHeaderBytes, "max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Largest backend response header; a larger one is a 502.")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", proxy.DefaultMaxRequestBodyBytes, "Largest request body, whatever the method (413 past it).")
 	fs.IntVar(&o.RequestBufferBytes, "request-buffer-bytes", proxy.DefaultRequestBufferBytes, "A body of declared length up to this is read whole before a backend connection is taken, so that slow uploads do not hold the backends' pools (-1: bodies always stream).")

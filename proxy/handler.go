@@ -125,6 +125,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	var tried []*upstream
 	var lastErr error
 	var lastBackend *upstream
+	shareFull := false
 	var release func() // gives back the memory of a body read whole
 	defer func() {
 		if release != nil {
@@ -152,7 +153,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 				return
 			}
 		}
-		err := u.roundTrip(req, &ctx.Response, head, body, stopClient)
+		err := u.roundTrip(route.Tenant, req, &ctx.Response, head, body, stopClient)
 		// From the request's arrival to the backend's answer: one clock read, not two.
 		route.observeUpstream(time.Since(ctx.Time()))
 		if err == nil {
@@ -181,6 +182,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 			// backend that cannot be reached cools down; a slow answer or a full
 			// pool says nothing about the next request.
 			u.coolDown()
+			tried = append(tried, u)
+			continue
+		case err == errTenantShare:
+			// Nothing was taken or sent; the tenant may still have room at another
+			// backend of the region.
+			shareFull = true
 			tried = append(tried, u)
 			continue
 		case errors.Is(err, fasthttp.ErrNoFreeConns):
@@ -212,6 +219,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	}
 	// Data residency: a tenant is only ever served by its own region.
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
+	if shareFull {
+		tenantShareFull.Inc()
+		logTenantShareFull(route)
+		p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "this site has as many requests in progress as it may; try again shortly\n")
+		return
+	}
 	p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "no backend of region "+route.Region+" is available\n")
 }
 
@@ -327,21 +340,40 @@ func isReplayable(h *fasthttp.RequestHeader) bool {
 }
 
 var (
-	backendLog   = logf.Log.WithName("proxy")
-	lastLogNanos atomic.Int64
-	suppressed   atomic.Int64
+	backendLog                = logf.Log.WithName("proxy")
+	backendErrors, sharesFull oncePerSecond
 )
+
+// oncePerSecond lets one log line a second through, and counts the others: a flood
+// of failures must not flood the log.
+type oncePerSecond struct{ last, suppressed atomic.Int64 }
+
+// allow reports whether a line may be logged now, and how many were not since the last.
+func (o *oncePerSecond) allow() (bool, int64) {
+	now := time.Now().UnixNano()
+	last := o.last.Load()
+	if now-last < int64(time.Second) || !o.last.CompareAndSwap(last, now) {
+		o.suppressed.Add(1)
+		return false, 0
+	}
+	return true, o.suppressed.Swap(0)
+}
 
 // logBackendError says why a backend's answer failed, at most once a second: a
 // broken backend under load must not flood the log.
 func logBackendError(backend string, err error) {
-	now := time.Now().UnixNano()
-	last := lastLogNanos.Load()
-	if now-last < int64(time.Second) || !lastLogNanos.CompareAndSwap(last, now) {
-		suppressed.Add(1)
-		return
+	if ok, suppressed := backendErrors.allow(); ok {
+		backendLog.Info("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed)
 	}
-	backendLog.Info("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed.Swap(0))
+}
+
+// logTenantShareFull names the tenant whose requests were refused for holding their
+// share of its region's backends: the metric has no tenant label.
+func logTenantShareFull(route *CachedRoute) {
+	if ok, suppressed := sharesFull.allow(); ok {
+		backendLog.Info("a tenant's requests hold their share of every backend of its region; refusing more",
+			"tenant", route.Tenant, "region", route.Region, "suppressedSinceLast", suppressed)
+	}
 }
 
 // clientBody is a request body on its way to a backend. It keeps the body limit,

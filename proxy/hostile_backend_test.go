@@ -73,12 +73,18 @@ func serveRaw(t *testing.T, ln net.Listener, scheme string, fn func(c net.Conn, 
 
 // okBackend answers every request 200 "ok".
 func okBackend(t *testing.T) *rawBackend {
+	return serveRequests(t, func(c net.Conn, _ *http.Request) { fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") })
+}
+
+// serveRequests answers each request of every connection with fn, in turn.
+func serveRequests(t *testing.T, fn func(c net.Conn, r *http.Request)) *rawBackend {
 	return newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
 		for {
-			if _, err := readReq(br); err != nil {
+			r, err := readReq(br)
+			if err != nil {
 				return
 			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			fn(c, r)
 		}
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -603,4 +605,110 @@ func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Error("a WebSocket whose client went away before its 101 was sent: the backend's connection stayed open")
 	}
+}
+
+// The backends of a region are shared by all its tenants, and so is each one's pool:
+// without a share per tenant, one tenant's slow requests (an attack on its site, or a
+// customer's own slow endpoint) take every connection, and every other tenant of the
+// region gets 503s after the pool wait. A tenant holds a quarter of a backend's
+// connections at most by default (one of a pool of four here); its requests past that
+// are refused at once, and its share comes back as its requests and streams end.
+func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
+	release, finish := make(chan struct{}), make(chan struct{})
+	var releaseOnce, finishOnce sync.Once
+	unblock := func() {
+		releaseOnce.Do(func() { close(release) })
+		finishOnce.Do(func() { close(finish) })
+	}
+	defer unblock() // before the proxy's cleanup, which waits for the held requests
+	var held atomic.Int32
+	b := serveRequests(t, func(c net.Conn, r *http.Request) {
+		switch r.URL.Path {
+		case "/hold":
+			held.Add(1)
+			<-release
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
+		case "/stream":
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+			<-finish
+			fmt.Fprint(c, "4\r\nlast\r\n0\r\n\r\n")
+		default:
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := startProxy(t, map[string]Route{
+		"noisy.example.com": {Tenant: "noisy", Region: "eu", Backends: []string{b.URL}},
+		"quiet.example.com": {Tenant: "quiet", Region: "eu", Backends: []string{b.URL}},
+	}, Options{MaxConnsPerBackend: 4, DialTimeout: 500 * time.Millisecond})
+	get := func(host, path string) (*http.Response, string) {
+		t.Helper()
+		conn, br := exchange(t, tp, "GET "+path+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		defer conn.Close()
+		return readResponse(t, br, "GET")
+	}
+
+	refusedBefore := testutil.ToFloat64(tenantShareFull)
+	// Four slow requests of one tenant, enough to fill the pool.
+	conns := make([]net.Conn, 4)
+	for i := range conns {
+		conns[i] = tp.dial(t)
+		fmt.Fprint(conns[i], "GET /hold HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
+	}
+	waitFor(t, 5*time.Second, "a slow request at the backend", func() bool { return held.Load() >= 1 })
+	if resp, got := get("quiet.example.com", "/"); resp.StatusCode != 200 || got != "ok" {
+		t.Errorf("another tenant of the region while one holds slow requests: %d %q, want 200 \"ok\"", resp.StatusCode, got)
+	}
+	refused := 0
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "GET"})
+		if err != nil {
+			continue // held at the backend
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("slow request %d: %d (Retry-After %q), want held or 503 with Retry-After", i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		refused++
+	}
+	if n := held.Load(); n != 1 || refused != 3 {
+		t.Errorf("the backend holds %d of the tenant's requests and %d were refused, want 1 and 3 (its share of a pool of 4)", n, refused)
+	}
+
+	if n := testutil.ToFloat64(tenantShareFull) - refusedBefore; n != 3 {
+		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v, want 3", n)
+	}
+
+	// The share comes back when the held request is answered.
+	releaseOnce.Do(func() { close(release) })
+	waitFor(t, 5*time.Second, "the held request's share given back", func() bool {
+		resp, _ := get("noisy.example.com", "/")
+		return resp.StatusCode == 200
+	})
+
+	// A streamed answer holds its share until its last byte.
+	conn, br := exchange(t, tp, "GET /stream HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
+	defer conn.Close()
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+		t.Fatalf("the stream's first chunk: %q %v", first, err)
+	}
+	if resp, _ := get("noisy.example.com", "/"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("the tenant's request while its stream holds its share: %d, want 503", resp.StatusCode)
+	}
+	if resp, got := get("quiet.example.com", "/"); resp.StatusCode != 200 || got != "ok" {
+		t.Errorf("another tenant's request meanwhile: %d %q, want 200", resp.StatusCode, got)
+	}
+	finishOnce.Do(func() { close(finish) })
+	if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != "last" {
+		t.Errorf("the stream's end: %q %v", rest, err)
+	}
+	waitFor(t, 5*time.Second, "the stream's share given back", func() bool {
+		resp, _ := get("noisy.example.com", "/")
+		return resp.StatusCode == 200
+	})
 }

@@ -36,6 +36,10 @@ var (
 		Name: "tenantroute_proxy_request_buffer_full_total",
 		Help: "Request bodies streamed as they came, although small enough to be held whole, because the buffer's memory limit, or its client address's share of it, was reached.",
 	})
+	tenantShareFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_tenant_share_full_total",
+		Help: "Requests answered 503 because their tenant's requests held their share (--upstream-max-conns-per-tenant) of every backend of its region; the log names the tenant.",
+	})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",
 		Help:    "Time from a request's arrival to its backend's response headers, by region.",
@@ -77,7 +81,7 @@ func declareLayer(layer string) {
 
 // Register adds the proxy's metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, acceptErrors, kvRejected, requestBuffered, requestBufferFull} {
+	for _, c := range []prometheus.Collector{requests, lookups, upstreamSeconds, rejectedConns, acceptErrors, kvRejected, requestBuffered, requestBufferFull, tenantShareFull} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

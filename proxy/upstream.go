@@ -26,6 +26,38 @@ type upstream struct {
 	pool      *fasthttp.HostClient
 	p         *Proxy
 	downUntil atomic.Int64
+
+	// held counts the pool's connections each tenant's requests hold, for
+	// Options.MaxConnsPerTenant; a tenant holding none has no entry.
+	heldMu sync.Mutex
+	held   map[string]int
+}
+
+// errTenantShare: the request's tenant holds its share of the backend's connections.
+var errTenantShare = errors.New("the tenant's requests hold their share of the backend's connections")
+
+// take counts one more connection held for tenant, unless it holds its share already.
+// The tenant is the route's own string: the map keeps it without a copy.
+func (u *upstream) take(tenant string) bool {
+	u.heldMu.Lock()
+	defer u.heldMu.Unlock()
+	n := u.held[tenant]
+	if n >= u.p.opts.MaxConnsPerTenant {
+		return false
+	}
+	u.held[tenant] = n + 1
+	return true
+}
+
+// give gives back a connection take counted.
+func (u *upstream) give(tenant string) {
+	u.heldMu.Lock()
+	defer u.heldMu.Unlock()
+	if n := u.held[tenant] - 1; n > 0 {
+		u.held[tenant] = n
+	} else {
+		delete(u.held, tenant)
+	}
 }
 
 func (p *Proxy) upstream(rawURL string) (*upstream, error) {
@@ -42,7 +74,7 @@ func (p *Proxy) upstream(rawURL string) (*upstream, error) {
 	if parsed.Port() == "" {
 		addr = net.JoinHostPort(parsed.Hostname(), map[bool]string{true: "443", false: "80"}[parsed.Scheme == "https"])
 	}
-	u := &upstream{url: rawURL, addr: addr, p: p}
+	u := &upstream{url: rawURL, addr: addr, p: p, held: map[string]int{}}
 	if parsed.Scheme == "https" {
 		u.tls = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: parsed.Hostname()}
 	}
@@ -118,8 +150,8 @@ const earlyAnswerGrace = 500 * time.Millisecond
 // before it dials a new one.
 const maxReuseChecks = 8
 
-// roundTrip sends req on a pooled connection and reads the response header into
-// resp. A small body of known length is read whole, so that it is written to the
+// roundTrip sends req on a pooled connection, counted in tenant's share of the pool
+// (errTenantShare when it is full), and reads the response header into resp. A small body of known length is read whole, so that it is written to the
 // client with the header in one go; any other body streams, and its connection
 // returns to the pool once it was read to the end.
 //
@@ -128,7 +160,10 @@ const maxReuseChecks = 8
 // client's, not a 502. Until the body is sent the backend is not hurried; after, it
 // has UpstreamTimeout to answer. body is the request's body reader (nil without one);
 // stopClient unblocks a read of the client's body so that the sender can be stopped.
-func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, head bool, body *clientBody, stopClient func()) error {
+func (u *upstream) roundTrip(tenant string, req *fasthttp.Request, resp *fasthttp.Response, head bool, body *clientBody, stopClient func()) error {
+	if !u.take(tenant) {
+		return errTenantShare
+	}
 	cc, err := u.pool.AcquireConn(0, false)
 	for checks := 0; err == nil && !cc.LastUseTime().IsZero() && !reusable(cc.Conn()); checks++ {
 		u.pool.CloseConn(cc)
@@ -138,6 +173,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		cc, err = u.pool.AcquireConn(0, false)
 	}
 	if err != nil {
+		u.give(tenant)
 		return err
 	}
 	reused := !cc.LastUseTime().IsZero()
@@ -148,6 +184,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		} else {
 			u.pool.CloseConn(cc)
 		}
+		u.give(tenant)
 	}
 
 	var sent chan error
@@ -237,6 +274,7 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, hea
 		} else {
 			u.pool.CloseConn(held)
 		}
+		u.give(tenant)
 	}
 	return nil
 }
