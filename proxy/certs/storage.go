@@ -129,21 +129,37 @@ func (s *RedisStorage) Load(ctx context.Context, key string) ([]byte, error) {
 	return v, err
 }
 
-// Delete implements certmagic.Storage: a key, or every key under it.
+// Delete implements certmagic.Storage: a key, or every key under it. A file is
+// deleted by its name; only a name that was no file is looked for as a directory (a
+// scan of the whole keyspace, which grows with every hostname: the library deletes a
+// file after every challenge it solves).
 func (s *RedisStorage) Delete(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
 	defer cancel()
+	n, err := s.kv.Client.Del(ctx, storagePrefix+key).Result()
+	if err != nil {
+		return fmt.Errorf("certificate storage: deleting %s: %w", key, err)
+	}
+	if n > 0 || isFileName(key) {
+		return nil // a file has nothing under it
+	}
 	keys, err := s.kv.Keys(ctx, storagePrefix+escapeGlob(key)+"/*")
 	if err != nil {
 		return fmt.Errorf("certificate storage: listing %s: %w", key, err)
 	}
-	for _, k := range append(keys, storagePrefix+key) {
+	for _, k := range keys {
 		// One key per command: in a Redis Cluster the keys live on different slots.
 		if err := s.kv.Client.Del(ctx, k).Err(); err != nil {
 			return fmt.Errorf("certificate storage: deleting %s: %w", strings.TrimPrefix(k, storagePrefix), err)
 		}
 	}
 	return nil
+}
+
+// isFileName reports a name the library gives files only (certificates, keys,
+// metadata, challenge tokens): no directory has it.
+func isFileName(key string) bool {
+	return strings.HasSuffix(key, ".crt") || strings.HasSuffix(key, ".key") || strings.HasSuffix(key, ".json")
 }
 
 // Exists implements certmagic.Storage. A key is read and opened: one that does not
@@ -160,8 +176,8 @@ func (s *RedisStorage) Exists(ctx context.Context, key string) bool {
 		_, _, err = s.open(key, b)
 		return err == nil
 	}
-	if strings.HasSuffix(key, ".crt") || strings.HasSuffix(key, ".key") || strings.HasSuffix(key, ".json") {
-		return false // a file's name: no directory has it
+	if isFileName(key) {
+		return false
 	}
 	_, err = s.Stat(ctx, key)
 	return err == nil

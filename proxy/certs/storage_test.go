@@ -145,3 +145,60 @@ func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 		t.Fatalf("after both Unlocks: %v", err)
 	}
 }
+
+// scanCounter counts the SCAN commands a client sends.
+type scanCounter struct{ scans int }
+
+func (*scanCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scanCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "scan" {
+			c.scans++
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*scanCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The library deletes a file after every challenge it solves (its token) and on
+// every cleaning: a scan of the whole keyspace each time, which grows with every
+// hostname's route and certificate, cost Redis a pass over all of them per order
+// and, past the storage's 2 s budget, failed the delete. A file is deleted by its
+// name; only a directory is looked for under its prefix.
+func TestDeletingAFileScansNothing(t *testing.T) {
+	r := testenv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	counter := &scanCounter{}
+	client.AddHook(counter)
+	s, err := NewRedisStorage(routes.KV{Client: client, Key: []byte(strings.Repeat("k", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, k := range []string{"acme/ca/challenge_tokens/a.test.json", "ocsp/a.test-0123abcd",
+		"certificates/ca/b.test/b.test.crt", "certificates/ca/b.test/b.test.key"} {
+		if err := s.Store(ctx, k, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"acme/ca/challenge_tokens/a.test.json", "ocsp/a.test-0123abcd", "acme/ca/challenge_tokens/gone.test.json"} {
+		if err := s.Delete(ctx, k); err != nil {
+			t.Fatalf("Delete(%s): %v", k, err)
+		}
+		if n, _ := client.Exists(ctx, storagePrefix+k).Result(); n != 0 {
+			t.Errorf("%s is still there", k)
+		}
+	}
+	if counter.scans != 0 {
+		t.Errorf("deleting three files scanned the keyspace %d times, want none", counter.scans)
+	}
+	// A directory is still deleted with everything under it.
+	if err := s.Delete(ctx, "certificates/ca/b.test"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Exists(ctx, "certificates/ca/b.test/b.test.crt") || s.Exists(ctx, "certificates/ca/b.test/b.test.key") {
+		t.Error("a directory's keys outlived its Delete")
+	}
+}
