@@ -125,7 +125,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	var tried []*upstream
 	var lastErr error
 	var lastBackend *upstream
-	shareFull := false
+	shareRefused := 0  // backends that refused for the tenant's share
 	var release func() // gives back the memory of a body read whole
 	defer func() {
 		if release != nil {
@@ -187,7 +187,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		case err == errTenantShare:
 			// Nothing was taken or sent; the tenant may still have room at another
 			// backend of the region.
-			shareFull = true
+			shareRefused++
 			tried = append(tried, u)
 			continue
 		case errors.Is(err, fasthttp.ErrNoFreeConns):
@@ -219,7 +219,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	}
 	// Data residency: a tenant is only ever served by its own region.
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
-	if shareFull {
+	if shareRefused > 0 && shareRefused == len(p.upstreamsOf(route)) {
+		// Every backend of the region refused for the tenant's share (none failed,
+		// cooled down or had its pool full): the tenant's doing, not the backends'.
 		tenantShareFull.Inc()
 		logTenantShareFull(route)
 		p.refuse(ctx, fasthttp.StatusServiceUnavailable, outcome, "this site has as many requests in progress as it may; try again shortly\n")

@@ -470,7 +470,8 @@ func TestAFullPoolIsNoBackendAvailable(t *testing.T) {
 		}
 	})
 	free := okBackend(t)
-	opts := Options{MaxConnsPerBackend: 1, DialTimeout: 500 * time.Millisecond}
+	// A share above the pool: the pool's own wait is under test, not the tenant's share.
+	opts := Options{MaxConnsPerBackend: 1, MaxConnsPerTenant: 2, DialTimeout: 500 * time.Millisecond}
 	tp := rawProxy(t, opts, busy.URL, free.URL)
 	// A request that busy holds takes its only connection (round-robin: the first or
 	// the second).
@@ -494,9 +495,10 @@ func TestAFullPoolIsNoBackendAvailable(t *testing.T) {
 	waitFor(t, 5*time.Second, "busy's second connection", func() bool { return busy.conns.Load() == 2 })
 	conn, br := exchange(t, alone, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
 	defer conn.Close()
-	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("the region's only backend with its pool taken: %d (Retry-After %q), want 503 with Retry-After",
-			resp.StatusCode, resp.Header.Get("Retry-After"))
+	if resp, got := readResponse(t, br, "GET"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		got != "no backend of region eu is available\n" {
+		t.Errorf("the region's only backend with its pool taken: %d %q (Retry-After %q), want 503 \"no backend of region eu is available\" with Retry-After",
+			resp.StatusCode, got, resp.Header.Get("Retry-After"))
 	}
 }
 
@@ -561,7 +563,8 @@ func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
 		}
 	})
 	// The wait for the pool's one connection outlasts the stream's end on a busy machine.
-	tp := rawProxy(t, Options{MaxConnsPerBackend: 1, DialTimeout: 2 * time.Second}, b.URL)
+	// (A share above the pool: a request of the same tenant waits for it.)
+	tp := rawProxy(t, Options{MaxConnsPerBackend: 1, MaxConnsPerTenant: 2, DialTimeout: 2 * time.Second}, b.URL)
 	goAway := func(pipelined string) {
 		t.Helper()
 		conn := tp.dial(t)
@@ -610,17 +613,16 @@ func TestAHandOverThatNeverComesGivesTheBackendsSideBack(t *testing.T) {
 // The backends of a region are shared by all its tenants, and so is each one's pool:
 // without a share per tenant, one tenant's slow requests (an attack on its site, or a
 // customer's own slow endpoint) take every connection, and every other tenant of the
-// region gets 503s after the pool wait. A tenant holds a quarter of a backend's
-// connections at most by default (one of a pool of four here); its requests past that
+// region gets 503s after the pool wait. A tenant holds half of a backend's pooled
+// connections at most by default (two of a pool of four here); its requests past that
 // are refused at once, and its share comes back as its requests and streams end.
 func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 	release, finish := make(chan struct{}), make(chan struct{})
 	var releaseOnce, finishOnce sync.Once
-	unblock := func() {
+	defer func() { // before the proxy's cleanup, which waits for the held requests
 		releaseOnce.Do(func() { close(release) })
 		finishOnce.Do(func() { close(finish) })
-	}
-	defer unblock() // before the proxy's cleanup, which waits for the held requests
+	}()
 	var held atomic.Int32
 	b := serveRequests(t, func(c net.Conn, r *http.Request) {
 		switch r.URL.Path {
@@ -646,6 +648,7 @@ func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 		defer conn.Close()
 		return readResponse(t, br, "GET")
 	}
+	const refusal = "this site has as many requests in progress as it may; try again shortly\n"
 
 	refusedBefore := testutil.ToFloat64(tenantShareFull)
 	// Four slow requests of one tenant, enough to fill the pool.
@@ -654,7 +657,7 @@ func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 		conns[i] = tp.dial(t)
 		fmt.Fprint(conns[i], "GET /hold HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
 	}
-	waitFor(t, 5*time.Second, "a slow request at the backend", func() bool { return held.Load() >= 1 })
+	waitFor(t, 5*time.Second, "slow requests at the backend", func() bool { return held.Load() >= 2 })
 	if resp, got := get("quiet.example.com", "/"); resp.StatusCode != 200 || got != "ok" {
 		t.Errorf("another tenant of the region while one holds slow requests: %d %q, want 200 \"ok\"", resp.StatusCode, got)
 	}
@@ -665,50 +668,87 @@ func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 		if err != nil {
 			continue // held at the backend
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-			t.Errorf("slow request %d: %d (Retry-After %q), want held or 503 with Retry-After", i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || string(body) != refusal {
+			t.Errorf("slow request %d: %d %q (Retry-After %q), want held, or 503 %q with Retry-After",
+				i, resp.StatusCode, body, resp.Header.Get("Retry-After"), refusal)
 		}
 		refused++
 	}
-	if n := held.Load(); n != 1 || refused != 3 {
-		t.Errorf("the backend holds %d of the tenant's requests and %d were refused, want 1 and 3 (its share of a pool of 4)", n, refused)
+	if n := held.Load(); n != 2 || refused != 2 {
+		t.Errorf("the backend holds %d of the tenant's requests and %d were refused, want 2 and 2 (its share of a pool of 4)", n, refused)
+	}
+	if n := testutil.ToFloat64(tenantShareFull) - refusedBefore; n != 2 {
+		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v, want 2", n)
 	}
 
-	if n := testutil.ToFloat64(tenantShareFull) - refusedBefore; n != 3 {
-		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v, want 3", n)
-	}
-
-	// The share comes back when the held request is answered.
+	// The share comes back when the held requests are answered.
 	releaseOnce.Do(func() { close(release) })
-	waitFor(t, 5*time.Second, "the held request's share given back", func() bool {
+	waitFor(t, 5*time.Second, "the held requests' share given back", func() bool {
 		resp, _ := get("noisy.example.com", "/")
 		return resp.StatusCode == 200
 	})
 
 	// A streamed answer holds its share until its last byte.
-	conn, br := exchange(t, tp, "GET /stream HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
-	defer conn.Close()
-	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
+	bodies := make([]io.ReadCloser, 2)
+	for i := range bodies {
+		conn, br := exchange(t, tp, "GET /stream HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
+		defer conn.Close()
+		resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make([]byte, 5)
+		if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+			t.Fatalf("stream %d's first chunk: %q %v", i, first, err)
+		}
+		bodies[i] = resp.Body
 	}
-	first := make([]byte, 5)
-	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
-		t.Fatalf("the stream's first chunk: %q %v", first, err)
-	}
-	if resp, _ := get("noisy.example.com", "/"); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("the tenant's request while its stream holds its share: %d, want 503", resp.StatusCode)
+	if resp, got := get("noisy.example.com", "/"); resp.StatusCode != http.StatusServiceUnavailable || got != refusal {
+		t.Errorf("the tenant's request while two streams hold its share: %d %q, want 503 %q", resp.StatusCode, got, refusal)
 	}
 	if resp, got := get("quiet.example.com", "/"); resp.StatusCode != 200 || got != "ok" {
 		t.Errorf("another tenant's request meanwhile: %d %q, want 200", resp.StatusCode, got)
 	}
 	finishOnce.Do(func() { close(finish) })
-	if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != "last" {
-		t.Errorf("the stream's end: %q %v", rest, err)
+	for i, body := range bodies {
+		if rest, err := io.ReadAll(body); err != nil || string(rest) != "last" {
+			t.Errorf("stream %d's end: %q %v", i, rest, err)
+		}
 	}
-	waitFor(t, 5*time.Second, "the stream's share given back", func() bool {
+	waitFor(t, 5*time.Second, "the streams' share given back", func() bool {
 		resp, _ := get("noisy.example.com", "/")
 		return resp.StatusCode == 200
 	})
+}
+
+// The share's 503 says the site has too many requests in progress only when every
+// backend of the region refused for the share: with another backend down, the region
+// has no backend available, and the log and metric do not blame the tenant.
+func TestAShareRefusalDoesNotHideABackendDown(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	b := serveRequests(t, func(c net.Conn, _ *http.Request) {
+		<-release
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tp := startProxy(t, map[string]Route{
+		"noisy.example.com": {Tenant: "noisy", Region: "eu", Backends: []string{b.URL, "http://127.0.0.1:1"}},
+	}, Options{MaxConnsPerBackend: 2}) // a share of one
+	fmt.Fprint(tp.dial(t), "GET /hold HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
+	waitFor(t, 5*time.Second, "the tenant's share taken", func() bool { return b.conns.Load() == 1 })
+	before := testutil.ToFloat64(tenantShareFull)
+	for i := range 2 {
+		conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: noisy.example.com\r\n\r\n")
+		resp, got := readResponse(t, br, "GET")
+		_ = conn.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || got != "no backend of region eu is available\n" {
+			t.Errorf("request %d, one backend down and the other at the tenant's share: %d %q, want 503 \"no backend of region eu is available\"",
+				i, resp.StatusCode, got)
+		}
+	}
+	if n := testutil.ToFloat64(tenantShareFull) - before; n != 0 {
+		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v with a backend down, want 0", n)
+	}
 }

@@ -38,7 +38,7 @@ var (
 	})
 	tenantShareFull = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tenantroute_proxy_tenant_share_full_total",
-		Help: "Requests answered 503 because their tenant's requests held their share (--upstream-max-conns-per-tenant) of every backend of its region; the log names the tenant.",
+		Help: "Requests answered 503 because their tenant's requests held their share (--upstream-max-conns-per-tenant) of the pool of every backend of its region; the log names the tenant.",
 	})
 	upstreamSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantroute_proxy_upstream_duration_seconds",

@@ -21,12 +21,14 @@ type Options struct {
 	UpstreamIdleConnTimeout time.Duration
 	// MaxConnsPerBackend sizes each backend's keep-alive pool.
 	MaxConnsPerBackend int
-	// MaxConnsPerTenant is how many of one backend's connections the requests of one
-	// tenant may hold at once (default: a quarter of MaxConnsPerBackend). A region's
-	// backends serve all its tenants: without a share, one tenant's slow requests or
-	// streams (an attack on its site, its own slow endpoint) would take the whole pool
-	// and the region's other tenants would get 503s. Past it, the tenant's requests go
-	// to another backend of the region, or get 503 at once.
+	// MaxConnsPerTenant is how many of one backend's pooled connections the requests
+	// of one tenant may hold at once (default: half of MaxConnsPerBackend, rounded up).
+	// A region's backends serve all its tenants: without a share, one tenant's slow
+	// requests or streams (an attack on its site, its own slow endpoint) would take
+	// the whole pool and the region's other tenants would get 503s. Past it, the
+	// tenant's requests go to another backend of the region, or get 503 at once. Half,
+	// not less: above MaxConnsPerIP's default, so that one client address cannot take
+	// a site's whole share and shut its other visitors out.
 	MaxConnsPerTenant int
 	// MaxResponseHeaderBytes bounds a backend's response header; a larger one is a
 	// 502 for the client.
@@ -134,7 +136,7 @@ func (o *Options) defaults() {
 	set(&o.TunnelIdleTimeout, DefaultTunnelIdleTimeout)
 	set(&o.ShutdownTimeout, DefaultShutdownTimeout)
 	setInt(&o.MaxConnsPerBackend, DefaultMaxConnsPerBackend)
-	setInt(&o.MaxConnsPerTenant, (o.MaxConnsPerBackend+3)/4)
+	setInt(&o.MaxConnsPerTenant, (o.MaxConnsPerBackend+1)/2)
 	setInt(&o.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 	setInt(&o.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
 	if o.RequestBufferBytes == 0 {
