@@ -740,3 +740,21 @@ func TestHostileTargetCannotNameAnotherTenant(t *testing.T) {
 		}
 	}
 }
+
+// A route's region is its TenantRoute's spec.region, which a tenant writes: a name no
+// Region has gives the route no backend (503), and must not give every proxy a
+// latency histogram of its own either, or a tenant editing the name over and over
+// grows every proxy's memory and scrape without end. Only a route with backends (an
+// existing Region, which only an administrator creates) is measured.
+func TestARegionNamedByATenantAddsNoSeries(t *testing.T) {
+	tp := startProxy(t, map[string]Route{
+		"made-up.example.com": {Tenant: "acme", Region: "made-up-region-4f1c"},
+	}, Options{})
+	resp := tp.get(t, "made-up.example.com", "/", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a route without backends: %d, want 503", resp.StatusCode)
+	}
+	if upstreamSeconds.DeleteLabelValues("made-up-region-4f1c") {
+		t.Error("a region without backends has a tenantroute_proxy_upstream_duration_seconds series")
+	}
+}

@@ -311,11 +311,23 @@ type CachedRoute struct {
 	Route
 	next      atomic.Uint64 // round robin over Backends
 	upstreams atomic.Pointer[[]*upstream]
-	latency   prometheus.Observer // upstream latency of the route's region
+	latency   prometheus.Observer // upstream latency of the route's region; nil without backends
 }
 
+// newCachedRoute labels the route's latency with its region only when the route has
+// backends: the region is the tenant's spec.region, and only one that names an existing
+// Region (which an administrator creates) has any. Labelled by any name a tenant wrote,
+// the series would grow without end.
 func newCachedRoute(r Route) *CachedRoute {
-	return &CachedRoute{Route: r, latency: upstreamSeconds.WithLabelValues(r.Region)}
+	c := &CachedRoute{Route: r}
+	if len(r.Backends) > 0 {
+		c.latency = upstreamSeconds.WithLabelValues(r.Region)
+	}
+	return c
 }
 
-func (r *CachedRoute) observeUpstream(d time.Duration) { r.latency.Observe(d.Seconds()) }
+func (r *CachedRoute) observeUpstream(d time.Duration) {
+	if r.latency != nil {
+		r.latency.Observe(d.Seconds())
+	}
+}
