@@ -30,6 +30,11 @@ func ChallengeValue(uid types.UID, domain string) string {
 // record _tenantroute-challenge.<domain> holds the route's challenge value, and the
 // domain is a CNAME to the target the route's status tells. It asks a DNS resolver
 // directly (miekg/dns), and remembers each answer for Interval.
+//
+// How long an answer takes is the tenant's to decide (its domain's nameservers), so a
+// reconcile does not wait for the lookups beyond domainCheckBudget in all: they go on
+// in the background, at most maxDomainLookups at once, and their answers are there for
+// the route's next check.
 type domainVerifier struct {
 	// Resolver is the DNS server asked, host:port.
 	Resolver string
@@ -37,8 +42,10 @@ type domainVerifier struct {
 	// loses its proof stays routed.
 	Interval, Grace time.Duration
 
-	mu    sync.Mutex
-	cache map[string]verdict
+	mu     sync.Mutex
+	cache  map[string]verdict
+	asking map[string]*domainLookup // under way, by cache key
+	slots  chan struct{}            // one per lookup in flight
 }
 
 type verdict struct {
@@ -47,31 +54,80 @@ type verdict struct {
 	at          time.Time
 }
 
+// domainLookup is a lookup under way; v is set before done closes.
+type domainLookup struct {
+	done chan struct{}
+	v    verdict
+}
+
+const (
+	// domainCheckBudget is how long a reconcile waits for the lookups of all of a
+	// route's custom domains together; a resolver answers in milliseconds.
+	domainCheckBudget = 2 * time.Second
+	// maxDomainLookups bounds the lookups in flight, so that a route with a hundred
+	// domains that never answer holds a hundred goroutines, not a hundred sockets.
+	maxDomainLookups = 32
+)
+
 // check returns whether domain is proven for the route, or unknown when the
-// resolver could not say; cachedOnly does not ask it: unknown without an answer.
+// resolver could not say, or has not said by the time ctx ends (the answer before,
+// if any, until then); cachedOnly does not ask it: unknown without an answer.
 func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, target string, cachedOnly bool) verdict {
+	last, fresh, call := v.begin(uid, domain, target, cachedOnly)
+	if fresh || cachedOnly {
+		return last
+	}
+	select {
+	case <-call.done:
+		return call.v
+	case <-ctx.Done():
+		if !last.at.IsZero() {
+			return last
+		}
+		return verdict{unknown: true, message: "still asking " + v.Resolver}
+	}
+}
+
+// begin returns the last answer for the route's domain and whether it is fresh; when
+// it is not (and cachedOnly is false), the lookup under way, started if none is.
+func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly bool) (last verdict, fresh bool, call *domainLookup) {
 	key := string(uid) + "/" + domain + "/" + target
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	if v.cache == nil {
-		v.cache = map[string]verdict{}
+		v.cache, v.asking, v.slots = map[string]verdict{}, map[string]*domainLookup{}, make(chan struct{}, maxDomainLookups)
 	}
-	if c, ok := v.cache[key]; ok && (cachedOnly || time.Since(c.at) < v.Interval) {
-		v.mu.Unlock()
-		return c
+	last, cached := v.cache[key]
+	if cached && (cachedOnly || time.Since(last.at) < v.Interval) {
+		return last, true, nil
 	}
-	v.mu.Unlock()
 	if cachedOnly {
-		return verdict{unknown: true, message: "not checked yet since the operator started"}
+		return verdict{unknown: true, message: "not checked yet since the operator started"}, false, nil
 	}
-	got := v.lookup(ctx, uid, domain, target)
+	if call = v.asking[key]; call == nil {
+		call = &domainLookup{done: make(chan struct{})}
+		v.asking[key] = call
+		go v.ask(key, uid, domain, target, call)
+	}
+	return last, false, call
+}
+
+// ask runs a lookup when a slot is free, whoever still waits for it; it has its own
+// time limit (a reconcile that stopped waiting does not cut it short).
+func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, call *domainLookup) {
+	v.slots <- struct{}{}
+	got := v.lookup(context.Background(), uid, domain, target)
+	<-v.slots
 	got.at = time.Now()
+	call.v = got
 	v.mu.Lock()
 	if len(v.cache) > 100_000 {
 		clear(v.cache) // routes come and go; answers are cheap to ask again
 	}
 	v.cache[key] = got
+	delete(v.asking, key)
 	v.mu.Unlock()
-	return got
+	close(call.done)
 }
 
 func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
@@ -131,6 +187,16 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 		previous[c.Hostname] = c
 	}
 	pending := map[string]string{}
+	if r.Verifier != nil && !cachedOnly {
+		// Every lookup starts before the first is waited for: the budget is for all
+		// of the route's domains together.
+		for i := range custom {
+			r.Verifier.begin(route.UID, custom[i].Hostname, custom[i].CNAMETarget, false)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, domainCheckBudget)
+		defer cancel()
+	}
 	for i := range custom {
 		c := &custom[i]
 		c.ChallengeName = challengePrefix + c.Hostname

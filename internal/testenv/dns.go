@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -15,7 +16,16 @@ type DNSServer struct {
 	Addr    string
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lowercase FQDN
+	delay   time.Duration
 	srv     *dns.Server
+}
+
+// SetDelay makes every answer from now on wait d, as a slow authoritative server's
+// does through a resolver.
+func (d *DNSServer) SetDelay(delay time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.delay = delay
 }
 
 // StartDNS serves on addr ("127.0.0.1:0" picks a port) until Close.
@@ -58,6 +68,10 @@ func (d *DNSServer) Set(name string, rrtype uint16, values ...string) {
 
 // ServeDNS answers from the records, authoritatively.
 func (d *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	d.mu.Lock()
+	delay := d.delay
+	d.mu.Unlock()
+	time.Sleep(delay)
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
