@@ -73,3 +73,48 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A verified domain keeps its grant while the resolver cannot answer at all (its
+// outage must not take tenants' domains away), but not when the resolver answers and
+// only the domain's own DNS fails: the proof's name delegated to a nameserver that
+// answers SERVFAIL, or a lapsed domain's lame delegation, kept the grant for good, and
+// the domain's next owner was told Conflict for good. Such a domain is released once
+// the grace from its last proof has passed, as one whose proof is gone.
+func TestAVerifiedDomainWhoseOwnDNSFailsIsReleasedAfterTheGrace(t *testing.T) {
+	srv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const domain, target = "shop.lapsed-corp.test", "acme.edge.example.com"
+	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "lapsed", UID: types.UID("uid-lapsed")}}
+	srv.Fail(challengePrefix+domain, true)
+	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: srv.Addr, Interval: time.Minute, Grace: time.Hour}}
+	proven := metav1.NewTime(time.Now().Add(-2 * time.Hour)) // past the grace
+	route.Status.CustomDomains = []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target, VerifiedAt: &proven}}
+	check := func() map[string]string {
+		_, pending := r.verifyCustomDomains(context.Background(), route, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, metav1.Now(), false)
+		return pending
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for check()[domain] == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("a verified domain whose own DNS answers SERVFAIL, past the grace, is still granted while the resolver answers")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The resolver itself silent: the grant stays.
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	r.Verifier = &domainVerifier{Resolver: silent.LocalAddr().String(), Interval: time.Minute, Grace: time.Hour}
+	for range 3 {
+		if why := check()[domain]; why != "" {
+			t.Fatalf("with the resolver silent, a verified domain was released: %s", why)
+		}
+		time.Sleep(time.Second)
+	}
+}
