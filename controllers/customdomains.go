@@ -46,19 +46,12 @@ type domainVerifier struct {
 	cache  map[string]verdict
 	asking map[string]*domainLookup // under way, by cache key
 	slots  chan struct{}            // one per lookup in flight
-	// Whether the resolver answers at all (see resolverAnswers), and when it was asked.
-	answers        bool
-	answersAt      time.Time
-	askingResolver bool
 }
 
-// verdict is a domain's answer: proven (ok), not proven, or unknown when no answer
-// came (the resolver's failure or the domain's own DNS'); none yet when this process
-// has not had one (still asking, or not asked since it started).
 type verdict struct {
-	ok, unknown, none bool
-	message           string
-	at                time.Time
+	ok, unknown bool
+	message     string
+	at          time.Time
 }
 
 // domainLookup is a lookup under way; v is set before done closes.
@@ -91,7 +84,7 @@ func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, targe
 		if !last.at.IsZero() {
 			return last
 		}
-		return verdict{unknown: true, none: true, message: "still asking " + v.Resolver}
+		return verdict{unknown: true, message: "still asking " + v.Resolver}
 	}
 }
 
@@ -109,7 +102,7 @@ func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly 
 		return last, true, nil
 	}
 	if cachedOnly {
-		return verdict{unknown: true, none: true, message: "not checked yet since the operator started"}, false, nil
+		return verdict{unknown: true, message: "not checked yet since the operator started"}, false, nil
 	}
 	if call = v.asking[key]; call == nil {
 		call = &domainLookup{done: make(chan struct{})}
@@ -135,30 +128,6 @@ func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, c
 	delete(v.asking, key)
 	v.mu.Unlock()
 	close(call.done)
-}
-
-// resolverAnswers reports whether the resolver answered a question of its own (the
-// root's name servers, which every recursive resolver holds) within the last
-// Interval: when it does, a domain whose lookups fail fails by its own DNS. The
-// question is asked in the background, once an Interval; until it is answered, the
-// resolver counts as away.
-func (v *domainVerifier) resolverAnswers() bool {
-	v.mu.Lock()
-	ask := time.Since(v.answersAt) >= v.Interval && !v.askingResolver
-	v.askingResolver = v.askingResolver || ask
-	answers := v.answers
-	v.mu.Unlock()
-	if ask {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			_, err := v.query(ctx, ".", dns.TypeNS)
-			v.mu.Lock()
-			v.answers, v.answersAt, v.askingResolver = err == nil, time.Now(), false
-			v.mu.Unlock()
-		}()
-	}
-	return answers
 }
 
 func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
@@ -211,17 +180,13 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 // verifyCustomDomains checks every custom domain of a route and returns the status of
 // each and the domains not eligible for a grant (with why). A domain is eligible while
 // its proof is in place, and for Grace after it was last seen; while the resolver
-// cannot answer at all, or this process has no answer yet, a domain keeps what it
-// had. A domain whose own DNS fails while the resolver answers is not proven: kept
-// for good, a lapsed domain or a proof delegated to a failing nameserver held its
-// grant, and its next owner was told Conflict, for good.
+// cannot answer, a domain keeps what it had.
 func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) ([]v1.CustomDomainStatus, map[string]string) {
 	previous := map[string]v1.CustomDomainStatus{}
 	for _, c := range route.Status.CustomDomains {
 		previous[c.Hostname] = c
 	}
 	pending := map[string]string{}
-	resolverAway := r.Verifier == nil || !r.Verifier.resolverAnswers()
 	if r.Verifier != nil && !cachedOnly {
 		// Every lookup starts before the first is waited for: the budget is for all
 		// of the route's domains together.
@@ -247,8 +212,8 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 			c.VerifiedAt = &now
 		case c.VerifiedAt != nil && now.Sub(c.VerifiedAt.Time) < r.Verifier.Grace:
 			c.Message = fmt.Sprintf("%s; routed until %s", v.message, c.VerifiedAt.Add(r.Verifier.Grace).UTC().Format(time.RFC3339))
-		case v.unknown && c.VerifiedAt != nil && (v.none || resolverAway):
-			c.Message = v.message // no answer of the domain's own: keep what was proven
+		case v.unknown && c.VerifiedAt != nil:
+			c.Message = v.message // the resolver is away: keep what was proven
 		default:
 			c.Message = v.message
 			pending[c.Hostname] = fmt.Sprintf("waiting for proof of control: create TXT %s = %s and CNAME %s -> %s (%s)",

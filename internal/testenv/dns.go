@@ -17,19 +17,7 @@ type DNSServer struct {
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lowercase FQDN
 	delay   time.Duration
-	failing map[string]bool // names answered SERVFAIL, by lowercase FQDN
 	srv     *dns.Server
-}
-
-// Fail makes the server answer SERVFAIL for name (a lame delegation, a broken
-// authoritative server), or answer it again when fail is false.
-func (d *DNSServer) Fail(name string, fail bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.failing == nil {
-		d.failing = map[string]bool{}
-	}
-	d.failing[dns.Fqdn(strings.ToLower(name))] = fail
 }
 
 // SetDelay makes every answer from now on wait d, as a slow authoritative server's
@@ -90,12 +78,6 @@ func (d *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(req.Question) == 1 {
 		q := req.Question[0]
 		d.mu.Lock()
-		if d.failing[strings.ToLower(q.Name)] {
-			m.Rcode = dns.RcodeServerFailure
-			d.mu.Unlock()
-			_ = w.WriteMsg(m)
-			return
-		}
 		rrs := d.records[strings.ToLower(q.Name)]
 		for _, rr := range rrs {
 			if rr.Header().Rrtype == q.Qtype || rr.Header().Rrtype == dns.TypeCNAME {
