@@ -64,6 +64,8 @@ const (
 	// domainCheckBudget is how long a reconcile waits for the lookups of all of a
 	// route's custom domains together; a resolver answers in milliseconds.
 	domainCheckBudget = 2 * time.Second
+	// queryTimeout bounds one question to the resolver.
+	queryTimeout = 2 * time.Second
 	// maxDomainLookups bounds the lookups in flight, so that a route with a hundred
 	// domains that never answer holds a hundred goroutines, not a hundred sockets.
 	maxDomainLookups = 32
@@ -130,8 +132,9 @@ func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, c
 	close(call.done)
 }
 
+// lookup asks for the proof: the TXT, then the CNAME, each within the query's 2 s.
 func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, target string) verdict {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*queryTimeout)
 	defer cancel()
 	value := ChallengeValue(uid, domain)
 	txt, err := v.query(ctx, challengePrefix+domain, dns.TypeTXT)
@@ -165,7 +168,7 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), rrtype)
 	m.RecursionDesired = true
-	c := &dns.Client{Timeout: 2 * time.Second}
+	c := &dns.Client{Timeout: queryTimeout}
 	in, _, err := c.ExchangeContext(ctx, m, v.Resolver)
 	if err != nil {
 		return nil, fmt.Errorf("asking %s for %s: %w", v.Resolver, name, err)
@@ -209,7 +212,12 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget, cachedOnly)
 		switch {
 		case v.ok:
-			c.VerifiedAt = &now
+			// The proof was seen when its answer came, which may be before this
+			// reconcile (an answer kept for Interval, or the one before when the lookup
+			// under way did not come in time): the grace counts from then.
+			if seen := metav1.NewTime(v.at); c.VerifiedAt == nil || c.VerifiedAt.Before(&seen) {
+				c.VerifiedAt = &seen
+			}
 		case c.VerifiedAt != nil && now.Sub(c.VerifiedAt.Time) < r.Verifier.Grace:
 			c.Message = fmt.Sprintf("%s; routed until %s", v.message, c.VerifiedAt.Add(r.Verifier.Grace).UTC().Format(time.RFC3339))
 		case v.unknown && c.VerifiedAt != nil:

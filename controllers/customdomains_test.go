@@ -53,7 +53,7 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 	const domain, target = "shop.slow-corp.test", "acme.edge.example.com"
 	srv.Set(challengePrefix+domain, dns.TypeTXT, ChallengeValue(route.UID, domain))
 	srv.Set(domain, dns.TypeCNAME, target)
-	srv.SetDelay(domainCheckBudget * 6 / 10) // the TXT and the CNAME: past the budget together, within a lookup's 3 s
+	srv.SetDelay(queryTimeout * 3 / 4) // the TXT and the CNAME: past the budget together, each within its query's time
 	r.Verifier = &domainVerifier{Resolver: srv.Addr, Interval: time.Minute, Grace: time.Hour}
 	one := func() ([]v1.CustomDomainStatus, map[string]string) {
 		return r.verifyCustomDomains(context.Background(), route, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, metav1.Now(), false)
