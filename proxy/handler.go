@@ -154,8 +154,11 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 			}
 		}
 		err := u.roundTrip(route.Tenant, req, &ctx.Response, head, body, stopClient)
-		// From the request's arrival to the backend's answer: one clock read, not two.
-		route.observeUpstream(time.Since(ctx.Time()))
+		// From the request's arrival to the backend's answer: one clock read, not two. A
+		// request its tenant's share refused asked no backend, and has no such time.
+		if err != errTenantShare {
+			route.observeUpstream(time.Since(ctx.Time()))
+		}
 		if err == nil {
 			u.downUntil.Store(0)
 			stripHopByHop(&ctx.Response.Header)

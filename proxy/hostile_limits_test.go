@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // A pooled connection the backend closed while idle is noticed before reuse, however
@@ -650,7 +652,7 @@ func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 	}
 	const refusal = "this site has as many requests in progress as it may; try again shortly\n"
 
-	refusedBefore := testutil.ToFloat64(tenantShareFull)
+	refusedBefore, timedBefore := testutil.ToFloat64(tenantShareFull), upstreamSamples(t, "eu")
 	// Four slow requests of one tenant, enough to fill the pool.
 	conns := make([]net.Conn, 4)
 	for i := range conns {
@@ -681,6 +683,10 @@ func TestOneTenantCannotTakeTheWholePool(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(tenantShareFull) - refusedBefore; n != 2 {
 		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v, want 2", n)
+	}
+	// The refused requests asked no backend: only the other tenant's answer is timed.
+	if n := upstreamSamples(t, "eu") - timedBefore; n != 1 {
+		t.Errorf("the region's upstream latency counted %d requests, want 1 (the refused ones asked no backend)", n)
 	}
 
 	// The share comes back when the held requests are answered.
@@ -751,4 +757,14 @@ func TestAShareRefusalDoesNotHideABackendDown(t *testing.T) {
 	if n := testutil.ToFloat64(tenantShareFull) - before; n != 0 {
 		t.Errorf("tenantroute_proxy_tenant_share_full_total rose by %v with a backend down, want 0", n)
 	}
+}
+
+// upstreamSamples is how many requests the region's upstream latency has counted.
+func upstreamSamples(t *testing.T, region string) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := upstreamSeconds.WithLabelValues(region).(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

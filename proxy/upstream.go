@@ -151,9 +151,10 @@ const earlyAnswerGrace = 500 * time.Millisecond
 const maxReuseChecks = 8
 
 // roundTrip sends req on a pooled connection, counted in tenant's share of the pool
-// (errTenantShare when it is full), and reads the response header into resp. A small body of known length is read whole, so that it is written to the
-// client with the header in one go; any other body streams, and its connection
-// returns to the pool once it was read to the end.
+// (errTenantShare when it is full), and reads the response header into resp. A small
+// body of known length is read whole, so that it is written to the client with the
+// header in one go; any other body streams, and its connection returns to the pool
+// once it was read to the end.
 //
 // A request body is sent while the response is awaited, as Go's Transport and nginx
 // do: a backend may answer before it read the body (401, 413), and that answer is the
