@@ -224,7 +224,8 @@ func TestRenderingsApplyServerSide(t *testing.T) {
 				if has("ServiceMonitor", releaseName+"-manager") || has("PrometheusRule", releaseName+"-alerts") || has("Deployment", releaseName+"-proxy") {
 					t.Errorf("the defaults turn on monitoring or the proxy fleet: %v", kinds(objs))
 				}
-				if !has("ValidatingAdmissionPolicy", releaseName+"-zone-namespaces") || !has("MutatingAdmissionPolicy", releaseName+"-route-finalizer") ||
+				if !has("ValidatingAdmissionPolicy", releaseName+"-zone-namespaces") || !has("ValidatingAdmissionPolicy", releaseName+"-tenant-namespaces") ||
+					!has("ValidatingAdmissionPolicyBinding", releaseName+"-tenant-namespaces") || !has("MutatingAdmissionPolicy", releaseName+"-route-finalizer") ||
 					!has("NetworkPolicy", releaseName+"-lookup") {
 					t.Errorf("the defaults lack an admission policy or the NetworkPolicy: %v", kinds(objs))
 				}

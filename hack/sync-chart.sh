@@ -10,6 +10,7 @@ mkdir -p "${chart}/crds" "${chart}/files"
 rm -f "${chart}"/crds/*.yaml
 cp "${root}"/config/crd/bases/*.yaml "${chart}/crds/"
 cp "${root}/config/policy/zone_namespaces.yaml" "${chart}/files/zone_namespaces.yaml"
+cp "${root}/config/policy/tenant_namespaces.yaml" "${chart}/files/tenant_namespaces.yaml"
 cp "${root}/config/policy/route_finalizer.yaml" "${chart}/files/route_finalizer.yaml"
 cp "${root}/config/prometheus/alerts.yaml" "${chart}/files/alerts.yaml"
 cp "${root}/config/grafana/tenantroute.json" "${chart}/files/dashboard.json"

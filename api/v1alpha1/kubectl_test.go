@@ -77,6 +77,7 @@ func TestKubectl(t *testing.T) {
 		t.Errorf("dry-run apply of dist/install.yaml: %d of %d objects applied:\n%s", applied, len(kinds), out)
 	}
 	for _, want := range []string{"deployment.apps/tenantroute-controller-manager", "validatingadmissionpolicy.admissionregistration.k8s.io/tenantroute-zone-namespaces",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/tenantroute-tenant-namespaces",
 		"customresourcedefinition.apiextensions.k8s.io/tenantroutes.routing.tenantroute.io"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry-run apply of dist/install.yaml does not list %s:\n%s", want, out)
