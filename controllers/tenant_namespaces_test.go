@@ -30,7 +30,7 @@ func TestAReservedTenantIDIsRefusedToOtherNamespaces(t *testing.T) {
 	owner, intruder := "reserve-owner", "reserve-intruder"
 	for _, ns := range []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: owner, Labels: map[string]string{"routing.tenantroute.io/reserves-tenant-ids": "true"},
-			Annotations: map[string]string{"routing.tenantroute.io/tenant-ids": "bigbank, bigbank-eu"}}},
+			Annotations: map[string]string{"routing.tenantroute.io/tenant-ids": "bigbank, BigBank-EU"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: intruder}},
 	} {
 		if err := k8s.Create(ctx, ns); err != nil {
