@@ -210,10 +210,10 @@ func (s *kvSync) sync(ctx context.Context) (int, error) {
 	// pipelines of 1,000: after Redis lost its data, every route's record is written.
 	pipe := s.KV.Client.Pipeline()
 	flush := func(force bool) error {
-		if pipe.Len() == 0 || (!force && pipe.Len() < 1000) {
+		if !force && pipe.Len() < 1000 {
 			return nil
 		}
-		_, err := pipe.Exec(ctx)
+		_, err := pipe.Exec(ctx) // nothing is sent for an empty pipeline
 		return err
 	}
 	for i := range list.Items {

@@ -262,19 +262,18 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 	}
 	stop := make(chan struct{})
 	s.mu.Lock()
-	for _, old := range s.locks[name] {
+	holders := s.locks[name]
+	for i := range holders {
 		// This process held the lock before and lost it (its refreshes failed while
 		// Redis was away, and it expired): that holder's refresher stops here. Its
 		// Unlock, which comes first, is given its own token, which no longer matches:
 		// it must not release the lock taken since.
-		if old.stop != nil {
-			close(old.stop)
+		if holders[i].stop != nil {
+			close(holders[i].stop)
+			holders[i].stop = nil
 		}
 	}
-	for i := range s.locks[name] {
-		s.locks[name][i].stop = nil
-	}
-	s.locks[name] = append(s.locks[name], heldLock{token: token, stop: stop})
+	s.locks[name] = append(holders, heldLock{token: token, stop: stop})
 	s.mu.Unlock()
 	go func() {
 		t := time.NewTicker(lockTTL / 3)
