@@ -211,6 +211,7 @@ func runAll(ctx context.Context, c config) error {
 			return err
 		}
 	}
+	var embedded *proxy.Server
 	if c.proxyAddr != "0" {
 		if err := registerProxyMetrics(metrics.Registry); err != nil {
 			return err
@@ -223,7 +224,8 @@ func runAll(ctx context.Context, c config) error {
 		if err := c.tls.enable(p, chain, kv, certBook); err != nil {
 			return err
 		}
-		if err := mgr.Add(&proxy.Server{Proxy: p, Listen: c.proxyAddr}); err != nil {
+		embedded = &proxy.Server{Proxy: p, Listen: c.proxyAddr}
+		if err := mgr.Add(embedded); err != nil {
 			return err
 		}
 		// Readiness waits for the proxy to listen (after the caches are in), and fails
@@ -240,7 +242,18 @@ func runAll(ctx context.Context, c config) error {
 		return err
 	}
 	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
-	return mgr.Start(ctx)
+	err = mgr.Start(ctx)
+	if err != nil && embedded != nil {
+		// The manager stopped on an error without waiting for its runnables: a lost
+		// lease skips the graceful shutdown, so that a former leader acts no more. Its
+		// caches stopped with it, so the embedded proxy routes no new client: it stops
+		// listening at once. What it already forwards (downloads, streams, tunnels)
+		// finishes, within --shutdown-timeout, before the process exits.
+		ctrl.Log.Error(err, "the manager stopped; the embedded proxy stops listening and lets what is in flight finish", "within", c.upstream.ShutdownTimeout)
+		embedded.Proxy.StopNow()
+		embedded.Wait()
+	}
+	return err
 }
 
 // instanceName checks an installation's name: letters, digits, '.', '_' and '-', up

@@ -19,6 +19,12 @@ import (
 // waits for the requests and streams it serves; the connections it hands over
 // (tunnels, HTTP/1.0 streams) are tracked here.
 
+// StopNow makes the drain skip what is left of its delay (Options.ShutdownDelay): the
+// listeners close at once, and only what is in flight is let finish. For a proxy
+// whose routes stopped following their changes: the embedded proxy of a manager that
+// lost its lease, whose caches stop with it, must not route new clients from them.
+func (p *Proxy) StopNow() { p.stopNowOnce.Do(func() { close(p.stopNow) }) }
+
 // Draining reports whether the proxy is shutting down: its readiness fails.
 func (p *Proxy) Draining() bool { return p.draining.Load() }
 

@@ -364,3 +364,86 @@ func serveUntilCancel(t *testing.T, p *Proxy) (addr string, cancel func(), serve
 	t.Cleanup(func() { cancel(); <-done })
 	return ln.Addr().String(), cancel, done
 }
+
+// StopNow, for a proxy whose routes stopped following their changes (the embedded
+// proxy of a manager that lost its lease), skips the drain's delay: no new client is
+// accepted, and a download in flight still ends whole.
+func TestStopNowSkipsTheDelayNotWhatIsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		if _, err := readReq(br); err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return
+		}
+		for {
+			select {
+			case <-release:
+				_, _ = io.WriteString(c, "4\r\nend\n\r\n0\r\n\r\n")
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := io.WriteString(c, "5\r\nline\n\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	src := &fakeLayer{name: "source", routes: map[string]Route{"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{b.URL}}}}
+	p := New(NewChain(ChainOptions{}, src), Options{ShutdownDelay: time.Minute})
+	addr, cancel, served := serveUntilCancel(t, p)
+
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/download", nil)
+	req.Host = "acme.example.com"
+	resp, err := (&http.Transport{}).RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the download: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	body := bufio.NewReader(resp.Body)
+	if line, err := body.ReadString('\n'); err != nil || line != "line\n" {
+		t.Fatalf("the download's first line: %q %v", line, err)
+	}
+	type result struct {
+		rest []byte
+		err  error
+	}
+	read := make(chan result, 1)
+	go func() { rest, err := io.ReadAll(body); read <- result{rest, err} }()
+
+	cancel()
+	p.StopNow()
+	refused := false
+	for deadline := time.Now().Add(2 * time.Second); !refused && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			refused = true
+		} else {
+			c.Close()
+		}
+	}
+	if !refused {
+		t.Fatal("still accepting 2 s after StopNow, with a minute of delay: the delay was not skipped")
+	}
+	select {
+	case got := <-read:
+		t.Fatalf("the download ended with the listener: %q, %v", got.rest, got.err)
+	case <-served:
+		t.Fatal("the drain ended with a download in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case got := <-read:
+		if got.err != nil || !strings.HasSuffix(string(got.rest), "line\nend\n") {
+			t.Errorf("the download ended %q, %v; want its last line and no error", got.rest[max(0, len(got.rest)-20):], got.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the download did not end 5 s after the backend ended it")
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the drain did not end once nothing was in flight")
+	}
+}

@@ -32,6 +32,9 @@ type Proxy struct {
 	serving  atomic.Bool
 	draining atomic.Bool
 	handed   handedOver
+	// stopNow is closed by StopNow: a drain's delay ends there.
+	stopNow     chan struct{}
+	stopNowOnce sync.Once
 
 	mu         sync.Mutex
 	upstreams  map[string]*upstream // by backend URL
@@ -43,7 +46,7 @@ type Proxy struct {
 // New returns a proxy that looks routes up through chain.
 func New(chain *Chain, opts Options) *Proxy {
 	opts.defaults()
-	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{},
+	p := &Proxy{chain: chain, opts: opts, upstreams: map[string]*upstream{}, stopNow: make(chan struct{}),
 		retryAfter: strconv.Itoa(int(opts.RetryAfter.Seconds()))}
 	p.limits = &connLimits{opts: &p.opts, perIP: map[netip.Addr]int{}}
 	p.buffers = newBufferBudget(opts.RequestBufferMemoryBytes, opts.RequestBufferBytes)

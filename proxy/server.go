@@ -22,10 +22,20 @@ type Server struct {
 	Proxy *Proxy
 	// Listen address, e.g. ":8088".
 	Listen string
+
+	mu      sync.Mutex
+	stopped chan struct{} // closed when Start returns; nil before it is called
 }
 
 // Start implements manager.Runnable: it serves until ctx is done, then drains.
 func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped == nil {
+		s.stopped = make(chan struct{})
+	}
+	stopped := s.stopped
+	s.mu.Unlock()
+	defer close(stopped)
 	ln, err := net.Listen("tcp", s.Listen)
 	if err != nil {
 		return err
@@ -42,6 +52,18 @@ func (s *Server) Start(ctx context.Context) error {
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
 func (s *Server) NeedLeaderElection() bool { return false }
+
+// Wait returns once Start has returned, its drain done; at once if Start was never
+// called. A manager that stops on an error (a lost lease) does not wait for its
+// runnables, and the process would otherwise exit with requests in flight.
+func (s *Server) Wait() {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped != nil {
+		<-stopped
+	}
+}
 
 // Serve serves the proxy on ln (wrapped by Listener) until ln is closed.
 func (p *Proxy) Serve(ln net.Listener) error { return p.newServer().Serve(p.Listener(ln)) }
@@ -80,7 +102,14 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 // left then is cut.
 func (p *Proxy) drain(srv *fasthttp.Server, delay time.Duration) {
 	p.draining.Store(true)
-	time.Sleep(delay)
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-p.stopNow:
+		}
+		t.Stop()
+	}
 	shutdown, cancel := context.WithTimeout(context.Background(), p.opts.ShutdownTimeout)
 	defer cancel()
 	p.handed.goAway()
