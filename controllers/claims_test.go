@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
+	"github.com/tenantroute/tenantroute-operator/controllers"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
 	cfemulator "github.com/tenantroute/tenantroute-operator/providers/cloudflare/emulator"
 	"github.com/tenantroute/tenantroute-operator/routes"
@@ -250,6 +251,43 @@ func TestAHostnameDroppedAfterRedisLostItsDataLeavesRedis(t *testing.T) {
 		}
 		return inRedis(kept)
 	})
+}
+
+// A custom domain whose nameservers answer after the reconcile stopped waiting (its
+// budget, 2 s) is routed as soon as their answer is in, not at the route's next check:
+// here a minute later, the default interval.
+func TestASlowProofIsTakenWhenItsAnswerComes(t *testing.T) {
+	dnsSrv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dnsSrv.Close)
+	o := newOperator(t, "slowproof")
+	o.dns, o.domainInterval = dnsSrv.Addr, time.Minute
+	o.start()
+	const managed, domain = "acme-sp.auth.example.com", "login.slowproof-corp.test"
+	o.create(o.route("acme", managed))
+	eventually(t, 30*time.Second, func() error {
+		return expectCondition(o.get("acme").Status.Conditions, v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReady)
+	})
+	// The proof is in place before the domain is added; each of its two answers (the
+	// TXT, the CNAME) takes 1.1 s, so they come after the reconcile's budget.
+	tr := o.get("acme")
+	dnsSrv.Set("_tenantroute-challenge."+domain, dns.TypeTXT, controllers.ChallengeValue(tr.UID, domain))
+	dnsSrv.Set(domain, dns.TypeCNAME, managed)
+	dnsSrv.SetDelay(1100 * time.Millisecond)
+	tr.Spec.Hostnames = append(tr.Spec.Hostnames, domain)
+	if err := k8s.Update(context.Background(), tr); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 15*time.Second, func() error {
+		if routed, err := routedTenant(domain, o.ns); err != nil || routed != o.ns+"/acme" {
+			return fmt.Errorf("routed to %q (%v)", routed, err)
+		}
+		return nil
+	})
+	t.Logf("routed %s after the domain was added", time.Since(start).Round(100*time.Millisecond))
 }
 
 // A custom domain is routed only once its owner proved control on a real DNS server

@@ -50,8 +50,10 @@ type domainVerifier struct {
 
 type verdict struct {
 	ok, unknown bool
-	message     string
-	at          time.Time
+	// asking: the lookup was still under way when the reconcile stopped waiting.
+	asking  bool
+	message string
+	at      time.Time
 }
 
 // domainLookup is a lookup under way; v is set before done closes.
@@ -69,6 +71,11 @@ const (
 	// maxDomainLookups bounds the lookups in flight, so that a route with a hundred
 	// domains that never answer holds a hundred goroutines, not a hundred sockets.
 	maxDomainLookups = 32
+	// domainAnswerWait is when a route whose lookups were still under way is looked
+	// at again: a lookup that had a slot has its answer by then (it started before
+	// the budget and is bounded by 2*queryTimeout). Without it the answer waited for
+	// the route's next check, an Interval later.
+	domainAnswerWait = 2 * queryTimeout
 )
 
 // check returns whether domain is proven for the route, or unknown when the
@@ -84,9 +91,10 @@ func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, targe
 		return call.v
 	case <-ctx.Done():
 		if !last.at.IsZero() {
+			last.asking = true
 			return last
 		}
-		return verdict{unknown: true, message: "still asking " + v.Resolver}
+		return verdict{unknown: true, asking: true, message: "still asking " + v.Resolver}
 	}
 }
 
@@ -181,10 +189,11 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 }
 
 // verifyCustomDomains checks every custom domain of a route and returns the status of
-// each and the domains not eligible for a grant (with why). A domain is eligible while
-// its proof is in place, and for Grace after it was last seen; while the resolver
-// cannot answer, a domain keeps what it had.
-func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) ([]v1.CustomDomainStatus, map[string]string) {
+// each, the domains not eligible for a grant (with why), and whether lookups were
+// still under way when it stopped waiting. A domain is eligible while its proof is in
+// place, and for Grace after it was last seen; while the resolver cannot answer, a
+// domain keeps what it had.
+func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) (_ []v1.CustomDomainStatus, _ map[string]string, asking bool) {
 	previous := map[string]v1.CustomDomainStatus{}
 	for _, c := range route.Status.CustomDomains {
 		previous[c.Hostname] = c
@@ -210,6 +219,7 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 			continue
 		}
 		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget, cachedOnly)
+		asking = asking || v.asking
 		switch {
 		case v.ok:
 			// The proof was seen when its answer came, which may be before this
@@ -228,5 +238,5 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 				c.ChallengeName, c.ChallengeValue, c.Hostname, c.CNAMETarget, v.message)
 		}
 	}
-	return custom, pending
+	return custom, pending, asking
 }

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -97,6 +98,8 @@ type operator struct {
 	dns string
 	// deletionTimeout, if set, replaces the default of 1 h.
 	deletionTimeout time.Duration
+	// domainInterval, if set, replaces the tests' custom-domain check interval of 500 ms.
+	domainInterval time.Duration
 	// failoverEvents, if set, replaces the default per-transition limit of per-route
 	// failover events.
 	failoverEvents int
@@ -296,7 +299,7 @@ func (o *operator) start() {
 	if _, err := controllers.Setup(ctx, mgr, controllers.Options{Namespace: o.opNS, Instance: o.id, Queue: o.queue, ZoneResync: o.zoneResync,
 		RouteNamespaces: routeNamespaces,
 		RedisKV:         o.kv, KVSyncInterval: o.kvSync,
-		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: 500 * time.Millisecond, CustomDomainGrace: 4 * time.Second,
+		DNSResolver: o.dns, DeletionTimeout: o.deletionTimeout, CustomDomainInterval: cmp.Or(o.domainInterval, 500*time.Millisecond), CustomDomainGrace: 4 * time.Second,
 		FailoverEvents: o.failoverEvents, CertBook: o.certBook, CertStatusInterval: o.certInterval}); err != nil {
 		o.t.Fatal(err)
 	}
