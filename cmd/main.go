@@ -193,7 +193,12 @@ func runAll(ctx context.Context, c config) error {
 	if c.tls.reportCerts || (c.proxyAddr != "0" && c.tls.on()) {
 		c.operator.CertBook, c.operator.CertStatusInterval = certBook, c.tls.statusEvery
 	}
-	source, err := controllers.Setup(ctx, mgr, c.operator)
+	// What the controllers start beside the manager's runnables (the zones' apply
+	// queues, their flushes and resyncs) runs until the manager stops, for whatever
+	// reason: after a lost lease, a write to a provider would be a second leader's.
+	running, stopRunning := context.WithCancel(ctx)
+	defer stopRunning()
+	source, err := controllers.Setup(running, mgr, c.operator)
 	if err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
@@ -243,15 +248,25 @@ func runAll(ctx context.Context, c config) error {
 	}
 	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
 	err = mgr.Start(ctx)
+	stopRunning()
 	if err != nil && embedded != nil {
 		// The manager stopped on an error without waiting for its runnables: a lost
 		// lease skips the graceful shutdown, so that a former leader acts no more. Its
-		// caches stopped with it, so the embedded proxy routes no new client: it stops
-		// listening at once. What it already forwards (downloads, streams, tunnels)
-		// finishes, within --shutdown-timeout, before the process exits.
+		// caches stopped with it, so the embedded proxy routes no new client from them:
+		// it stops listening at once, where on SIGTERM it keeps accepting for
+		// --shutdown-delay (a hostname handed to another tenant meanwhile would still
+		// lead to the former one here). What it already forwards (downloads, streams,
+		// tunnels) finishes within --shutdown-timeout before the process exits.
 		ctrl.Log.Error(err, "the manager stopped; the embedded proxy stops listening and lets what is in flight finish", "within", c.upstream.ShutdownTimeout)
 		embedded.Proxy.StopNow()
-		embedded.Wait()
+		drained := make(chan struct{})
+		go func() { embedded.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(c.upstream.ShutdownTimeout + 5*time.Second):
+			// A connection handed over (a tunnel) whose handler does not return when
+			// closed: the drain's own bound is not the process's.
+		}
 	}
 	return err
 }

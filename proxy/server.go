@@ -27,13 +27,16 @@ type Server struct {
 	stopped chan struct{} // closed when Start returns; nil before it is called
 }
 
-// Start implements manager.Runnable: it serves until ctx is done, then drains.
+// Start implements manager.Runnable: it serves until ctx is done, then drains. It
+// runs once.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
-	if s.stopped == nil {
-		s.stopped = make(chan struct{})
+	if s.stopped != nil {
+		s.mu.Unlock()
+		return errors.New("the proxy server was started already")
 	}
-	stopped := s.stopped
+	stopped := make(chan struct{})
+	s.stopped = stopped
 	s.mu.Unlock()
 	defer close(stopped)
 	ln, err := net.Listen("tcp", s.Listen)

@@ -22,14 +22,17 @@ import (
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/internal/harness"
+	"github.com/tenantroute/tenantroute-operator/providers/emulatorkit"
 )
 
 // A leader that loses its lease stops at once, as controller-runtime managers do, and
 // its embedded proxy stopped with it: a download passing through it was cut mid-body.
 // Now the proxy stops listening at once (the manager's caches, its routes, stop with
-// the manager) and lets what it forwards finish before the process exits. The lease
-// is taken from the leader as another replica would take it from one that cannot
-// reach the API server: the leader fails to renew it for the renew deadline.
+// the manager), skipping its delay, and lets what it forwards finish before the
+// process exits; nothing else of the former leader acts meanwhile (a provider write
+// under way is not sent again). The lease is taken from the leader as another replica
+// would take it from one that cannot reach the API server: the leader fails to renew
+// it for the renew deadline.
 func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -81,7 +84,8 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 
 	addr := freeAddr()
 	m := &harness.Manager{Binary: buildManager(t), Kubeconfig: hw.Kubeconfig, Dir: dir}
-	if err := m.Start("--leader-elect", "--proxy-bind-address", addr, "--shutdown-timeout", "30s"); err != nil {
+	// A minute of delay, which a lost lease must skip; a minute for what is in flight.
+	if err := m.Start("--leader-elect", "--proxy-bind-address", addr, "--shutdown-delay", "1m", "--shutdown-timeout", "1m"); err != nil {
 		t.Fatal(err)
 	}
 	defer m.Stop(syscall.SIGKILL)
@@ -130,6 +134,20 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 	read := make(chan result, 1)
 	go func() { rest, err := io.ReadAll(body); read <- result{rest, err} }()
 
+	// A write to Cloudflare is under way: answered 429 with a Retry-After of 15 s, so
+	// that its next attempt falls after the lease is lost.
+	hw.CF.SetFaults(emulatorkit.Faults{TooManyRequests: 1 << 20, RetryAfter: emulatorkit.Duration{Duration: 15 * time.Second}})
+	late := "late." + zoneName
+	if err := hw.CreateRoutes(ctx, []string{"late"}, func(string) string { return late }); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); hw.CF.Injected() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no write to Cloudflare for %s within 30 s; manager log:\n%s", late, logs())
+		}
+	}
+	throttled := time.Now()
+
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := hw.Client.Get(ctx, key, lease); err != nil {
 			return err
@@ -144,9 +162,9 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 	taken := time.Now()
 
 	// The proxy stops listening once the manager knows its lease is lost (the renew
-	// deadline, 10 s).
+	// deadline, 10 s after its last renewal), not a minute later.
 	refused := false
-	for deadline := time.Now().Add(30 * time.Second); !refused && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); !refused && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			refused = true
@@ -155,15 +173,24 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 		}
 	}
 	if !refused {
-		t.Fatalf("the proxy still accepts 30 s after the lease was taken; manager log:\n%s", logs())
+		t.Fatalf("the proxy still accepts 20 s after the lease was taken; manager log:\n%s", logs())
 	}
 	t.Logf("the proxy stopped listening %s after the lease was taken", time.Since(taken).Round(100*time.Millisecond))
 	if !strings.Contains(logs(), "leader election lost") {
 		t.Errorf("the manager stopped for another reason than its lease; log:\n%s", logs())
 	}
 
+	// Cloudflare answers again, and the former leader's write, due 15 s after its 429,
+	// must not be sent: the process lives on only for its proxy.
+	hw.CF.SetFaults(emulatorkit.Faults{})
+	time.Sleep(time.Until(throttled.Add(22 * time.Second)))
+	for _, rec := range hw.CF.Records(hw.CFZones[zoneName]) {
+		if strings.TrimSuffix(rec.Name, ".") == late {
+			t.Errorf("the former leader wrote %s %s to Cloudflare after it lost its lease", rec.Type, rec.Name)
+		}
+	}
+
 	// The download goes on after that, and ends whole when the backend ends it.
-	time.Sleep(time.Second)
 	select {
 	case r := <-read:
 		t.Fatalf("the download ended when the lease was lost: %q, %v", tail(r.rest), r.err)
