@@ -32,34 +32,51 @@ func ChallengeValue(uid types.UID, domain string) string {
 // directly (miekg/dns), and remembers each answer for Interval.
 //
 // How long an answer takes is the tenant's to decide (its domain's nameservers), so a
-// reconcile does not wait for the lookups beyond domainCheckBudget in all: they go on
-// in the background, at most maxDomainLookups at once, and their answers are there for
-// the route's next check.
+// reconcile waits domainCheckBudget in all, and only for the first answers of the
+// domains it asks about first: the lookups go on in the background, at most
+// maxDomainLookups at once. A domain checked again keeps its answer until the new one
+// comes, and an answer no reconcile waited for reconciles the route (Answered) when it
+// is the first or changes whether the domain is proven.
 type domainVerifier struct {
 	// Resolver is the DNS server asked, host:port.
 	Resolver string
 	// Interval between two checks of one domain; Grace is how long a domain that
 	// loses its proof stays routed.
 	Interval, Grace time.Duration
+	// Answered, if set, is called for a route whose reconcile did not wait for a
+	// lookup, once the lookup is answered: at most once per answerCoalesce a route.
+	Answered func(types.NamespacedName)
 
 	mu     sync.Mutex
 	cache  map[string]verdict
 	asking map[string]*domainLookup // under way, by cache key
 	slots  chan struct{}            // one per lookup in flight
+	// notifying: the routes whose Answered call is due.
+	notifying map[types.NamespacedName]bool
 }
 
 type verdict struct {
 	ok, unknown bool
-	// asking: the lookup was still under way when the reconcile stopped waiting.
-	asking  bool
-	message string
-	at      time.Time
+	message     string
+	at          time.Time
 }
 
-// domainLookup is a lookup under way; v is set before done closes.
+// domainLookup is a lookup under way. v is set and done closed under the verifier's
+// mu; waiting are the routes to reconcile once it is answered.
 type domainLookup struct {
-	done chan struct{}
-	v    verdict
+	done    chan struct{}
+	v       verdict
+	waiting map[types.NamespacedName]struct{}
+}
+
+// begun is one domain's check as a reconcile began it: the last answer, which is the
+// one to use when fresh; otherwise the lookup under way, and whether to wait for it
+// (this reconcile started it, and the domain has no answer yet).
+type begun struct {
+	last  verdict
+	fresh bool
+	call  *domainLookup
+	wait  bool
 }
 
 const (
@@ -71,36 +88,14 @@ const (
 	// maxDomainLookups bounds the lookups in flight, so that a route with a hundred
 	// domains that never answer holds a hundred goroutines, not a hundred sockets.
 	maxDomainLookups = 32
-	// domainAnswerWait is when a route whose lookups were still under way is looked
-	// at again: a lookup that had a slot has its answer by then (it started before
-	// the budget and is bounded by 2*queryTimeout). Without it the answer waited for
-	// the route's next check, an Interval later.
-	domainAnswerWait = 2 * queryTimeout
+	// answerCoalesce gathers the answers of a route's lookups into one reconcile: its
+	// domains, asked together, answer together, up to 16 a second when none answers.
+	answerCoalesce = time.Second
 )
-
-// check returns whether domain is proven for the route, or unknown when the
-// resolver could not say, or has not said by the time ctx ends (the answer before,
-// if any, until then); cachedOnly does not ask it: unknown without an answer.
-func (v *domainVerifier) check(ctx context.Context, uid types.UID, domain, target string, cachedOnly bool) verdict {
-	last, fresh, call := v.begin(uid, domain, target, cachedOnly)
-	if fresh || cachedOnly {
-		return last
-	}
-	select {
-	case <-call.done:
-		return call.v
-	case <-ctx.Done():
-		if !last.at.IsZero() {
-			last.asking = true
-			return last
-		}
-		return verdict{unknown: true, asking: true, message: "still asking " + v.Resolver}
-	}
-}
 
 // begin returns the last answer for the route's domain and whether it is fresh; when
 // it is not (and cachedOnly is false), the lookup under way, started if none is.
-func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly bool) (last verdict, fresh bool, call *domainLookup) {
+func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly bool) begun {
 	key := string(uid) + "/" + domain + "/" + target
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -109,17 +104,54 @@ func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly 
 	}
 	last, cached := v.cache[key]
 	if cached && (cachedOnly || time.Since(last.at) < v.Interval) {
-		return last, true, nil
+		return begun{last: last, fresh: true}
 	}
 	if cachedOnly {
-		return verdict{unknown: true, message: "not checked yet since the operator started"}, false, nil
+		return begun{last: verdict{unknown: true, message: "not checked yet since the operator started"}, fresh: true}
 	}
-	if call = v.asking[key]; call == nil {
-		call = &domainLookup{done: make(chan struct{})}
-		v.asking[key] = call
-		go v.ask(key, uid, domain, target, call)
+	b := begun{last: last, call: v.asking[key]}
+	if b.call == nil {
+		// Waiting for a domain checked again would hold a worker for answers that
+		// only confirm, and while the resolver is down, for every route at every
+		// check: past 16 silent domains a second (32 slots, 2 s each) the workers
+		// never caught up.
+		b.call, b.wait = &domainLookup{done: make(chan struct{})}, !cached
+		v.asking[key] = b.call
+		go v.ask(key, uid, domain, target, b.call)
 	}
-	return last, false, call
+	return b
+}
+
+// answer returns b's verdict: the lookup's answer if it came (waited for until ctx
+// ends when b says so), or the answer before (or unknown), and then route is
+// reconciled again when the lookup's answer matters (see ask).
+func (v *domainVerifier) answer(ctx context.Context, b begun, route types.NamespacedName) verdict {
+	if b.fresh {
+		return b.last
+	}
+	if b.wait {
+		select {
+		case <-b.call.done:
+			return b.call.v
+		case <-ctx.Done():
+		}
+	}
+	v.mu.Lock()
+	select {
+	case <-b.call.done:
+		v.mu.Unlock()
+		return b.call.v
+	default:
+	}
+	if b.call.waiting == nil {
+		b.call.waiting = map[types.NamespacedName]struct{}{}
+	}
+	b.call.waiting[route] = struct{}{}
+	v.mu.Unlock()
+	if !b.last.at.IsZero() {
+		return b.last
+	}
+	return verdict{unknown: true, message: "still asking " + v.Resolver}
 }
 
 // ask runs a lookup when a slot is free, whoever still waits for it; it has its own
@@ -129,15 +161,52 @@ func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, c
 	got := v.lookup(context.Background(), uid, domain, target)
 	<-v.slots
 	got.at = time.Now()
-	call.v = got
 	v.mu.Lock()
 	if len(v.cache) > 100_000 {
 		clear(v.cache) // routes come and go; answers are cheap to ask again
 	}
+	last, answered := v.cache[key]
 	v.cache[key] = got
 	delete(v.asking, key)
-	v.mu.Unlock()
+	call.v = got
 	close(call.done)
+	waiting := call.waiting
+	v.mu.Unlock()
+	// The routes that did not wait hear of a first answer, and of one that changes
+	// whether the domain is proven; the same answer again (a resolver still down, a
+	// proof still missing) is read at the route's next check.
+	if answered && last.ok == got.ok && last.unknown == got.unknown {
+		return
+	}
+	for route := range waiting {
+		v.answered(route)
+	}
+}
+
+// answered has route reconciled answerCoalesce from now, with the answers that come
+// meanwhile.
+func (v *domainVerifier) answered(route types.NamespacedName) {
+	if v.Answered == nil {
+		return
+	}
+	v.mu.Lock()
+	due := v.notifying[route]
+	if !due {
+		if v.notifying == nil {
+			v.notifying = map[types.NamespacedName]bool{}
+		}
+		v.notifying[route] = true
+	}
+	v.mu.Unlock()
+	if due {
+		return
+	}
+	time.AfterFunc(answerCoalesce, func() {
+		v.mu.Lock()
+		delete(v.notifying, route)
+		v.mu.Unlock()
+		v.Answered(route)
+	})
 }
 
 // lookup asks for the proof: the TXT, then the CNAME, each within the query's 2 s.
@@ -189,26 +258,29 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 }
 
 // verifyCustomDomains checks every custom domain of a route and returns the status of
-// each, the domains not eligible for a grant (with why), and whether lookups were
-// still under way when it stopped waiting. A domain is eligible while its proof is in
-// place, and for Grace after it was last seen; while the resolver cannot answer, a
-// domain keeps what it had.
-func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) (_ []v1.CustomDomainStatus, _ map[string]string, asking bool) {
+// each, and the domains not eligible for a grant (with why). A domain is eligible
+// while its proof is in place, and for Grace after it was last seen; while the
+// resolver cannot answer, a domain keeps what it had.
+func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *v1.TenantRoute, custom []v1.CustomDomainStatus, now metav1.Time, cachedOnly bool) ([]v1.CustomDomainStatus, map[string]string) {
 	previous := map[string]v1.CustomDomainStatus{}
 	for _, c := range route.Status.CustomDomains {
 		previous[c.Hostname] = c
 	}
 	pending := map[string]string{}
-	if r.Verifier != nil && !cachedOnly {
+	checks := make([]begun, len(custom))
+	if r.Verifier != nil {
 		// Every lookup starts before the first is waited for: the budget is for all
 		// of the route's domains together.
 		for i := range custom {
-			r.Verifier.begin(route.UID, custom[i].Hostname, custom[i].CNAMETarget, false)
+			checks[i] = r.Verifier.begin(route.UID, custom[i].Hostname, custom[i].CNAMETarget, cachedOnly)
 		}
+	}
+	if r.Verifier != nil && !cachedOnly {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, domainCheckBudget)
 		defer cancel()
 	}
+	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
 	for i := range custom {
 		c := &custom[i]
 		c.ChallengeName = challengePrefix + c.Hostname
@@ -218,8 +290,7 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 			pending[c.Hostname] = "custom domains cannot be verified: the operator has no DNS resolver"
 			continue
 		}
-		v := r.Verifier.check(ctx, route.UID, c.Hostname, c.CNAMETarget, cachedOnly)
-		asking = asking || v.asking
+		v := r.Verifier.answer(ctx, checks[i], key)
 		switch {
 		case v.ok:
 			// The proof was seen when its answer came, which may be before this
@@ -238,5 +309,5 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 				c.ChallengeName, c.ChallengeValue, c.Hostname, c.CNAMETarget, v.message)
 		}
 	}
-	return custom, pending, asking
+	return custom, pending
 }

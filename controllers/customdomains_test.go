@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,31 +22,93 @@ import (
 // nameserver that never answers cost a reconcile two seconds each, one after another.
 // Sixteen such routes held every worker of the TenantRoute controller for minutes at a
 // time, again at every check interval, and every other tenant's routes, hand-overs and
-// deletions waited. A reconcile now waits a bounded time for all of a route's checks
-// together; the answers that come later are there for the next one.
+// deletions waited. A reconcile now waits a bounded time for all of the checks it
+// starts together, and none for those another started; the answers that come later
+// reconcile the route.
 func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0") // reads questions, answers none
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: silent.LocalAddr().String(), Interval: time.Minute, Grace: time.Hour}}
+	var mu sync.Mutex
+	var calls []time.Time // of Answered
+	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: silent.LocalAddr().String(), Interval: time.Minute, Grace: time.Hour,
+		Answered: func(types.NamespacedName) { mu.Lock(); calls = append(calls, time.Now()); mu.Unlock() }}}
 	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "slow", UID: types.UID("uid-slow")}}
-	custom := make([]v1.CustomDomainStatus, 20)
+	// Twice the lookups that may run at once: the second half waits for a slot.
+	custom := make([]v1.CustomDomainStatus, 2*maxDomainLookups)
 	for i := range custom {
 		custom[i] = v1.CustomDomainStatus{Hostname: fmt.Sprintf("h%d.blackhole.test", i), CNAMETarget: "acme.edge.example.com"}
 	}
 	start := time.Now()
-	_, pending, asking := r.verifyCustomDomains(context.Background(), route, custom, metav1.Now(), false)
+	_, pending := r.verifyCustomDomains(context.Background(), route, custom, metav1.Now(), false)
 	if took := time.Since(start); took > domainCheckBudget+time.Second {
-		t.Errorf("twenty domains whose DNS never answers held the reconcile %s, want at most %s", took.Round(time.Millisecond), domainCheckBudget+time.Second)
+		t.Errorf("%d domains whose DNS never answers held the reconcile %s, want at most %s", len(custom), took.Round(time.Millisecond), domainCheckBudget+time.Second)
 	}
-	if len(pending) != 20 {
-		t.Errorf("%d of 20 unanswered domains pending, want all", len(pending))
+	if len(pending) != len(custom) {
+		t.Errorf("%d of %d unanswered domains pending, want all", len(pending), len(custom))
 	}
-	if !asking {
-		t.Error("lookups still under way not reported: the route would wait an interval for their answers")
+	// The route's next reconcile, while those lookups still run, does not wait for
+	// them again: each such reconcile held a worker for the whole budget, and routes
+	// with enough silent domains kept every worker busy.
+	start = time.Now()
+	r.verifyCustomDomains(context.Background(), route, custom, metav1.Now(), false)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("a reconcile waited %s for lookups another one started, want none", took.Round(time.Millisecond))
 	}
+	// Their first answers reconcile the route, gathered rather than one an answer,
+	// the last of them too.
+	var allAnswered time.Time
+	for deadline := time.Now().Add(15 * time.Second); allAnswered.IsZero(); time.Sleep(20 * time.Millisecond) {
+		r.Verifier.mu.Lock()
+		if len(r.Verifier.asking) == 0 {
+			allAnswered = time.Now()
+		}
+		r.Verifier.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the lookups of silent domains did not end within 15 s")
+		}
+	}
+	time.Sleep(answerCoalesce + 500*time.Millisecond)
+	mu.Lock()
+	got := slices.Clone(calls)
+	mu.Unlock()
+	switch {
+	case len(got) == 0:
+		t.Error("the route was not reconciled when its lookups were answered")
+	case len(got) > 2:
+		t.Errorf("%d reconciles for the answers of %d lookups in two rounds, want them gathered (at most 2)", len(got), len(custom))
+	case got[len(got)-1].Before(allAnswered):
+		t.Errorf("no reconcile after the last lookups were answered (%s), the last at %s", allAnswered.Format(time.StampMilli), got[len(got)-1].Format(time.StampMilli))
+	}
+	// Checked again (the answers are stale): the same answers come, and a reconcile
+	// neither waits for them nor is told of them; while a resolver is down, routes
+	// were reconciled for every answer, each reconcile waiting the whole budget.
+	r.Verifier.Interval = time.Millisecond
+	start = time.Now()
+	r.verifyCustomDomains(context.Background(), route, custom, metav1.Now(), false)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("a reconcile checking %d domains again waited %s for their answers, want none", len(custom), took.Round(time.Millisecond))
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r.Verifier.mu.Lock()
+		left := len(r.Verifier.asking)
+		r.Verifier.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lookups of silent domains did not end within 15 s")
+		}
+	}
+	time.Sleep(answerCoalesce + 500*time.Millisecond)
+	mu.Lock()
+	if len(calls) != len(got) {
+		t.Errorf("the same answers again reconciled the route %d times, want none", len(calls)-len(got))
+	}
+	mu.Unlock()
+	r.Verifier.Interval = time.Minute
 
 	// A slow answer (past the budget) is not lost: the check goes on, and the next
 	// reconcile finds it.
@@ -61,8 +125,7 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 	srv.SetDelay(1100 * time.Millisecond)
 	r.Verifier = &domainVerifier{Resolver: srv.Addr, Interval: time.Minute, Grace: time.Hour}
 	one := func(now metav1.Time) ([]v1.CustomDomainStatus, map[string]string) {
-		got, pending, _ := r.verifyCustomDomains(context.Background(), route, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, now, false)
-		return got, pending
+		return r.verifyCustomDomains(context.Background(), route, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, now, false)
 	}
 	if _, pending := one(metav1.Now()); !strings.Contains(pending[domain], "waiting for proof") {
 		t.Fatalf("a proof whose answers come after the budget, first reconcile: pending %q, want waiting", pending[domain])

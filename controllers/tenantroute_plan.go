@@ -19,16 +19,14 @@ import (
 
 // routePlan is what a route wants, computed from the cache without writing anything.
 type routePlan struct {
-	edges  map[string]*v1.EdgeProvider
-	tenant v1.ClaimStatus
-	claims []v1.HostnameClaim
-	active string
-	reason string
-	zones  []desired.ZoneRecords
-	custom []v1.CustomDomainStatus
-	// domainsAsking: some custom domain's lookup was still under way.
-	domainsAsking bool
-	regionErr     error
+	edges     map[string]*v1.EdgeProvider
+	tenant    v1.ClaimStatus
+	claims    []v1.HostnameClaim
+	active    string
+	reason    string
+	zones     []desired.ZoneRecords
+	custom    []v1.CustomDomainStatus
+	regionErr error
 	// unsaved are granted hostnames that another route also lists and whose grant is
 	// not saved yet: their records wait for the status that saves it (saveGrants).
 	unsaved []string
@@ -71,7 +69,7 @@ func (r *TenantRouteReconciler) planRoute(ctx context.Context, route *v1.TenantR
 		// each, ran one route after another on the failover's one goroutine, and a
 		// failover soon after a leader change, with the resolver down, stalled for
 		// minutes. It takes the answers the reconciles got, or what was proven before.
-		p.custom, unproven, p.domainsAsking = r.verifyCustomDomains(ctx, route, desired.CustomDomains(route, edges, p.active), now, readOnly)
+		p.custom, unproven = r.verifyCustomDomains(ctx, route, desired.CustomDomains(route, edges, p.active), now, readOnly)
 		ineligible := make(map[string]v1.ClaimStatus, len(unproven)+len(forbidden))
 		for h, why := range unproven {
 			ineligible[h] = v1.ClaimStatus{State: v1.ClaimPendingVerification, Message: why}

@@ -145,10 +145,6 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 	if len(in.custom) > 0 && r.Verifier != nil && (report.result.RequeueAfter == 0 || r.Verifier.Interval < report.result.RequeueAfter) {
 		report.result.RequeueAfter = r.Verifier.Interval
 	}
-	// An answer still under way is taken as soon as it can be there.
-	if in.domainsAsking && domainAnswerWait < report.result.RequeueAfter {
-		report.result.RequeueAfter = domainAnswerWait
-	}
 	return report
 }
 
