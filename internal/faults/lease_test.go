@@ -134,9 +134,9 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 	read := make(chan result, 1)
 	go func() { rest, err := io.ReadAll(body); read <- result{rest, err} }()
 
-	// A write to Cloudflare is under way: answered 429 with a Retry-After of 15 s, so
+	// A write to Cloudflare is under way: answered 429 with a Retry-After of 25 s, so
 	// that its next attempt falls after the lease is lost.
-	hw.CF.SetFaults(emulatorkit.Faults{TooManyRequests: 1 << 20, RetryAfter: emulatorkit.Duration{Duration: 15 * time.Second}})
+	hw.CF.SetFaults(emulatorkit.Faults{TooManyRequests: 1 << 20, RetryAfter: emulatorkit.Duration{Duration: 25 * time.Second}})
 	late := "late." + zoneName
 	if err := hw.CreateRoutes(ctx, []string{"late"}, func(string) string { return late }); err != nil {
 		t.Fatal(err)
@@ -176,18 +176,31 @@ func TestALostLeaseLetsTheEmbeddedProxyFinishWhatIsInFlight(t *testing.T) {
 		t.Fatalf("the proxy still accepts 20 s after the lease was taken; manager log:\n%s", logs())
 	}
 	t.Logf("the proxy stopped listening %s after the lease was taken", time.Since(taken).Round(100*time.Millisecond))
+	if since := time.Since(throttled); since > 22*time.Second {
+		t.Fatalf("the lease was lost %s after the write's 429, past its Retry-After: the test cannot tell", since.Round(100*time.Millisecond))
+	}
+	calls := func() (n int) {
+		for _, c := range hw.CF.Counters() {
+			n += c
+		}
+		return n
+	}
+	before := calls()
 	if !strings.Contains(logs(), "leader election lost") {
 		t.Errorf("the manager stopped for another reason than its lease; log:\n%s", logs())
 	}
 
-	// Cloudflare answers again, and the former leader's write, due 15 s after its 429,
+	// Cloudflare answers again, and the former leader's write, due 25 s after its 429,
 	// must not be sent: the process lives on only for its proxy.
 	hw.CF.SetFaults(emulatorkit.Faults{})
-	time.Sleep(time.Until(throttled.Add(22 * time.Second)))
+	time.Sleep(time.Until(throttled.Add(32 * time.Second)))
 	for _, rec := range hw.CF.Records(hw.CFZones[zoneName]) {
 		if strings.TrimSuffix(rec.Name, ".") == late {
 			t.Errorf("the former leader wrote %s %s to Cloudflare after it lost its lease", rec.Type, rec.Name)
 		}
+	}
+	if n := calls() - before; n > 0 {
+		t.Errorf("the former leader called Cloudflare %d times after it lost its lease", n)
 	}
 
 	// The download goes on after that, and ends whole when the backend ends it.
