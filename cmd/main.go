@@ -249,8 +249,9 @@ func runAll(ctx context.Context, c config) error {
 	ctrl.Log.Info("starting manager", "proxy", c.proxyAddr, "lookup", c.lookupAddr, "redis", kv != nil)
 	err = mgr.Start(ctx)
 	stopRunning()
-	if err != nil && embedded != nil {
-		// The manager stopped on an error without waiting for its runnables: a lost
+	if err != nil && embedded != nil && ctx.Err() == nil {
+		// The manager stopped on an error, not on a signal (whose graceful shutdown
+		// waited for the proxy's drain already, within the pod's grace period): a lost
 		// lease skips the graceful shutdown, so that a former leader acts no more. Its
 		// caches stopped with it, so the embedded proxy routes no new client from them:
 		// it stops listening at once, where on SIGTERM it keeps accepting for

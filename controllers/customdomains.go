@@ -44,7 +44,8 @@ type domainVerifier struct {
 	// loses its proof stays routed.
 	Interval, Grace time.Duration
 	// Answered, if set, is called for a route whose reconcile did not wait for a
-	// lookup, once the lookup is answered: at most once per answerCoalesce a route.
+	// lookup, once the lookup's answer is the domain's first or proves what the one
+	// before did not: at most once per answerCoalesce a route.
 	Answered func(types.NamespacedName)
 
 	mu     sync.Mutex
@@ -52,13 +53,16 @@ type domainVerifier struct {
 	asking map[string]*domainLookup // under way, by cache key
 	slots  chan struct{}            // one per lookup in flight
 	// notifying: the routes whose Answered call is due.
-	notifying map[types.NamespacedName]bool
+	notifying map[types.NamespacedName]struct{}
 }
 
+// verdict is a lookup's answer: at is when it came (the proof was seen then), asked
+// when the lookup began (an answer is fresh for Interval from then: from when it came,
+// a check the reconciles no longer wait for fell an interval later each time).
 type verdict struct {
 	ok, unknown bool
 	message     string
-	at          time.Time
+	at, asked   time.Time
 }
 
 // domainLookup is a lookup under way. v is set and done closed under the verifier's
@@ -70,11 +74,12 @@ type domainLookup struct {
 }
 
 // begun is one domain's check as a reconcile began it: the last answer, which is the
-// one to use when fresh; otherwise the lookup under way, and whether to wait for it
-// (this reconcile started it, and the domain has no answer yet).
+// one to use when final (fresh, or the failover's); otherwise the lookup under way,
+// and whether to wait for it (this reconcile started it, and the domain has no answer
+// yet).
 type begun struct {
 	last  verdict
-	fresh bool
+	final bool
 	call  *domainLookup
 	wait  bool
 }
@@ -103,11 +108,11 @@ func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly 
 		v.cache, v.asking, v.slots = map[string]verdict{}, map[string]*domainLookup{}, make(chan struct{}, maxDomainLookups)
 	}
 	last, cached := v.cache[key]
-	if cached && (cachedOnly || time.Since(last.at) < v.Interval) {
-		return begun{last: last, fresh: true}
+	if cached && (cachedOnly || time.Since(last.asked) < v.Interval) {
+		return begun{last: last, final: true}
 	}
 	if cachedOnly {
-		return begun{last: verdict{unknown: true, message: "not checked yet since the operator started"}, fresh: true}
+		return begun{last: verdict{unknown: true, message: "not checked yet since the operator started"}, final: true}
 	}
 	b := begun{last: last, call: v.asking[key]}
 	if b.call == nil {
@@ -117,7 +122,7 @@ func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly 
 		// never caught up.
 		b.call, b.wait = &domainLookup{done: make(chan struct{})}, !cached
 		v.asking[key] = b.call
-		go v.ask(key, uid, domain, target, b.call)
+		go v.ask(key, uid, domain, target, b.call, time.Now())
 	}
 	return b
 }
@@ -126,7 +131,7 @@ func (v *domainVerifier) begin(uid types.UID, domain, target string, cachedOnly 
 // ends when b says so), or the answer before (or unknown), and then route is
 // reconciled again when the lookup's answer matters (see ask).
 func (v *domainVerifier) answer(ctx context.Context, b begun, route types.NamespacedName) verdict {
-	if b.fresh {
+	if b.final {
 		return b.last
 	}
 	if b.wait {
@@ -156,11 +161,11 @@ func (v *domainVerifier) answer(ctx context.Context, b begun, route types.Namesp
 
 // ask runs a lookup when a slot is free, whoever still waits for it; it has its own
 // time limit (a reconcile that stopped waiting does not cut it short).
-func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, call *domainLookup) {
+func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, call *domainLookup, asked time.Time) {
 	v.slots <- struct{}{}
 	got := v.lookup(context.Background(), uid, domain, target)
 	<-v.slots
-	got.at = time.Now()
+	got.at, got.asked = time.Now(), asked
 	v.mu.Lock()
 	if len(v.cache) > 100_000 {
 		clear(v.cache) // routes come and go; answers are cheap to ask again
@@ -172,10 +177,11 @@ func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, c
 	close(call.done)
 	waiting := call.waiting
 	v.mu.Unlock()
-	// The routes that did not wait hear of a first answer, and of one that changes
-	// whether the domain is proven; the same answer again (a resolver still down, a
-	// proof still missing) is read at the route's next check.
-	if answered && last.ok == got.ok && last.unknown == got.unknown {
+	// The routes that did not wait hear of a first answer, and of one that proves
+	// what the one before did not, or no longer does. The same answer again (a proof
+	// still missing) and a resolver that cannot answer (which changes nothing: a
+	// domain keeps what it had) are read at the route's next check.
+	if answered && (got.unknown || last.ok == got.ok) {
 		return
 	}
 	for route := range waiting {
@@ -190,12 +196,12 @@ func (v *domainVerifier) answered(route types.NamespacedName) {
 		return
 	}
 	v.mu.Lock()
-	due := v.notifying[route]
+	_, due := v.notifying[route]
 	if !due {
 		if v.notifying == nil {
-			v.notifying = map[types.NamespacedName]bool{}
+			v.notifying = map[types.NamespacedName]struct{}{}
 		}
-		v.notifying[route] = true
+		v.notifying[route] = struct{}{}
 	}
 	v.mu.Unlock()
 	if due {

@@ -148,3 +148,83 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 		t.Errorf("verifiedAt after a reconcile 30 s later with the same answer: %v, want %v", got[0].VerifiedAt, verified)
 	}
 }
+
+// A domain checked again is not waited for: its answer reconciles the route when it
+// proves what the one before did not (here a proof added), not when it repeats. And
+// the check comes an interval after the last one began: counted from when its answer
+// came, a check that no reconcile waits for fell due an interval late each time.
+func TestARecheckReconcilesTheRouteWhenItsAnswerChanges(t *testing.T) {
+	srv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.SetDelay(300 * time.Millisecond)
+	var mu sync.Mutex
+	calls := 0
+	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: srv.Addr, Interval: time.Second, Grace: time.Hour,
+		Answered: func(types.NamespacedName) { mu.Lock(); calls++; mu.Unlock() }}}
+	answered := func() int { mu.Lock(); defer mu.Unlock(); return calls }
+	underWay := func() int { r.Verifier.mu.Lock(); defer r.Verifier.mu.Unlock(); return len(r.Verifier.asking) }
+	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "recheck", Namespace: "tenants", UID: types.UID("uid-recheck")}}
+	const domain, target = "shop.recheck-corp.test", "acme.edge.example.com"
+	check := func() map[string]string { // a reconcile, its status saved
+		custom, pending := r.verifyCustomDomains(context.Background(), route, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, metav1.Now(), false)
+		route.Status.CustomDomains = custom
+		return pending
+	}
+	waitIdle := func() {
+		for deadline := time.Now().Add(5 * time.Second); underWay() > 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a lookup did not end within 5 s")
+			}
+		}
+	}
+
+	first := time.Now()
+	if pending := check(); pending[domain] == "" {
+		t.Fatal("a domain without proof is not pending")
+	}
+	srv.Set(challengePrefix+domain, dns.TypeTXT, ChallengeValue(route.UID, domain))
+	srv.Set(domain, dns.TypeCNAME, target)
+	// An interval after the first check began (its answer came 300 ms into it).
+	time.Sleep(time.Until(first.Add(r.Verifier.Interval + 50*time.Millisecond)))
+	again := time.Now()
+	if pending := check(); pending[domain] == "" {
+		t.Error("a re-check waited for its answer")
+	}
+	if underWay() == 0 {
+		t.Fatal("an interval after the last check began, the domain was not asked about again")
+	}
+	for deadline := time.Now().Add(5 * time.Second); answered() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the proof a re-check found did not reconcile the route")
+		}
+	}
+	if pending := check(); len(pending) != 0 {
+		t.Errorf("the reconcile after the proof was found: pending %v", pending)
+	}
+
+	// The same answer again reconciles nothing.
+	time.Sleep(time.Until(again.Add(r.Verifier.Interval + 50*time.Millisecond)))
+	check()
+	waitIdle()
+	time.Sleep(answerCoalesce + 300*time.Millisecond)
+	if n := answered(); n != 1 {
+		t.Errorf("%d reconciles for one changed answer and one repeated, want 1", n)
+	}
+
+	// Nor does a resolver that stops answering: the domain keeps what it had, and a
+	// resolver outage would reconcile every route with custom domains.
+	srv.Close()
+	time.Sleep(r.Verifier.Interval + 50*time.Millisecond)
+	check()
+	waitIdle()
+	time.Sleep(answerCoalesce + 300*time.Millisecond)
+	if n := answered(); n != 1 {
+		t.Errorf("the resolver gone, %d more reconciles, want none", n-1)
+	}
+	if pending := check(); len(pending) != 0 {
+		t.Errorf("the resolver gone, the proven domain is pending: %v", pending)
+	}
+}
