@@ -357,6 +357,56 @@ func TestCustomDomainsAreRoutedOnlyWithProof(t *testing.T) {
 	}
 }
 
+// A route whose records a provider refuses ends its reconciles in a terminal error,
+// and controller-runtime drops the result of a reconcile that errs: its custom
+// domains were no longer checked, so a proof added was never seen, and a removed
+// one's grace would never have run out, for as long as a record stayed refused.
+func TestARouteWithRefusedRecordsKeepsItsChecks(t *testing.T) {
+	dnsSrv, err := testenv.StartDNS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dnsSrv.Close)
+	o := newOperator(t, "refused")
+	o.dns = dnsSrv.Addr
+	const managed, domain = "acme-rf.auth.example.com", "login.refused-corp.test"
+	refused := managed
+	o.cfRefused.Store(&refused)
+	o.start()
+	o.create(o.route("acme", managed, domain))
+	var challenge v1.CustomDomainStatus
+	eventually(t, 20*time.Second, func() error {
+		tr := o.get("acme")
+		states := map[string]v1.ProviderRecordStatus{}
+		for _, p := range tr.Status.Providers {
+			states[p.Edge] = p
+		}
+		if cf := states[o.cfEdge]; cf.State != v1.RecordsError || !strings.Contains(cf.Message, "rejected by the provider") {
+			return fmt.Errorf("Cloudflare: %+v", cf)
+		}
+		if aws := states[o.awsEdge]; aws.State != v1.RecordsSynced {
+			return fmt.Errorf("Route53: %+v", aws) // its report is the last news the route waits for
+		}
+		if len(tr.Status.CustomDomains) != 1 || tr.Status.CustomDomains[0].ChallengeValue == "" {
+			return fmt.Errorf("custom domains %+v", tr.Status.CustomDomains)
+		}
+		challenge = tr.Status.CustomDomains[0]
+		return nil
+	})
+	// The proof, after every news of the route: only its own checks can find it, one
+	// interval (500 ms here) after the last.
+	dnsSrv.Set(challenge.ChallengeName, dns.TypeTXT, challenge.ChallengeValue)
+	dnsSrv.Set(domain, dns.TypeCNAME, challenge.CNAMETarget)
+	start := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		if st := hostnameState(o.get("acme"), domain); st != v1.ClaimGranted {
+			return fmt.Errorf("claim %q", st)
+		}
+		return nil
+	})
+	t.Logf("granted %s after the proof appeared", time.Since(start).Round(100*time.Millisecond))
+}
+
 // A route being deleted stops being routed through Redis at once, not at the next
 // synchronisation.
 func TestRedisForgetsADeletedRouteAtOnce(t *testing.T) {

@@ -43,17 +43,17 @@ type domainVerifier struct {
 	// Interval between two checks of one domain; Grace is how long a domain that
 	// loses its proof stays routed.
 	Interval, Grace time.Duration
-	// Answered, if set, is called for a route whose reconcile did not wait for a
-	// lookup, once the lookup's answer is the domain's first or proves what the one
-	// before did not: at most once per answerCoalesce a route.
-	Answered func(types.NamespacedName)
+	// Answered, if set, is asked to reconcile a route after the given time, for an
+	// answer no reconcile of the route waited for that is the domain's first or proves
+	// what the one before did not. The controller's queue keeps one request a route at
+	// its earliest time: the answers of a route's domains, asked together, come within
+	// answerCoalesce of the first and make one reconcile.
+	Answered func(types.NamespacedName, time.Duration)
 
 	mu     sync.Mutex
 	cache  map[string]verdict
 	asking map[string]*domainLookup // under way, by cache key
 	slots  chan struct{}            // one per lookup in flight
-	// notifying: the routes whose Answered call is due.
-	notifying map[types.NamespacedName]struct{}
 }
 
 // verdict is a lookup's answer: at is when it came (the proof was seen then), asked
@@ -184,35 +184,12 @@ func (v *domainVerifier) ask(key string, uid types.UID, domain, target string, c
 	if answered && (got.unknown || last.ok == got.ok) {
 		return
 	}
-	for route := range waiting {
-		v.answered(route)
-	}
-}
-
-// answered has route reconciled answerCoalesce from now, with the answers that come
-// meanwhile.
-func (v *domainVerifier) answered(route types.NamespacedName) {
 	if v.Answered == nil {
 		return
 	}
-	v.mu.Lock()
-	_, due := v.notifying[route]
-	if !due {
-		if v.notifying == nil {
-			v.notifying = map[types.NamespacedName]struct{}{}
-		}
-		v.notifying[route] = struct{}{}
+	for route := range waiting {
+		v.Answered(route, answerCoalesce)
 	}
-	v.mu.Unlock()
-	if due {
-		return
-	}
-	time.AfterFunc(answerCoalesce, func() {
-		v.mu.Lock()
-		delete(v.notifying, route)
-		v.mu.Unlock()
-		v.Answered(route)
-	})
 }
 
 // lookup asks for the proof: the TXT, then the CNAME, each within the query's 2 s.

@@ -31,10 +31,9 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	var mu sync.Mutex
-	var calls []time.Time // of Answered
+	answered, reconciles := queuedReconciles(t)
 	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: silent.LocalAddr().String(), Interval: time.Minute, Grace: time.Hour,
-		Answered: func(types.NamespacedName) { mu.Lock(); calls = append(calls, time.Now()); mu.Unlock() }}}
+		Answered: answered}}
 	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "slow", UID: types.UID("uid-slow")}}
 	// Twice the lookups that may run at once: the second half waits for a slot.
 	custom := make([]v1.CustomDomainStatus, 2*maxDomainLookups)
@@ -71,9 +70,7 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 		}
 	}
 	time.Sleep(answerCoalesce + 500*time.Millisecond)
-	mu.Lock()
-	got := slices.Clone(calls)
-	mu.Unlock()
+	got := reconciles()
 	switch {
 	case len(got) == 0:
 		t.Error("the route was not reconciled when its lookups were answered")
@@ -103,11 +100,9 @@ func TestSlowDomainsDoNotHoldAReconcile(t *testing.T) {
 		}
 	}
 	time.Sleep(answerCoalesce + 500*time.Millisecond)
-	mu.Lock()
-	if len(calls) != len(got) {
-		t.Errorf("the same answers again reconciled the route %d times, want none", len(calls)-len(got))
+	if n := len(reconciles()); n != len(got) {
+		t.Errorf("the same answers again reconciled the route %d times, want none", n-len(got))
 	}
-	mu.Unlock()
 	r.Verifier.Interval = time.Minute
 
 	// A slow answer (past the budget) is not lost: the check goes on, and the next
@@ -160,11 +155,10 @@ func TestARecheckReconcilesTheRouteWhenItsAnswerChanges(t *testing.T) {
 	}
 	defer srv.Close()
 	srv.SetDelay(300 * time.Millisecond)
-	var mu sync.Mutex
-	calls := 0
+	ask, reconciles := queuedReconciles(t)
 	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: srv.Addr, Interval: time.Second, Grace: time.Hour,
-		Answered: func(types.NamespacedName) { mu.Lock(); calls++; mu.Unlock() }}}
-	answered := func() int { mu.Lock(); defer mu.Unlock(); return calls }
+		Answered: ask}}
+	answered := func() int { return len(reconciles()) }
 	underWay := func() int { r.Verifier.mu.Lock(); defer r.Verifier.mu.Unlock(); return len(r.Verifier.asking) }
 	route := &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "recheck", Namespace: "tenants", UID: types.UID("uid-recheck")}}
 	const domain, target = "shop.recheck-corp.test", "acme.edge.example.com"
@@ -227,4 +221,25 @@ func TestARecheckReconcilesTheRouteWhenItsAnswerChanges(t *testing.T) {
 	if pending := check(); len(pending) != 0 {
 		t.Errorf("the resolver gone, the proven domain is pending: %v", pending)
 	}
+}
+
+// queuedReconciles wires Answered as the controller does, to the requests of a real
+// work queue, and returns when each reconcile it asked for was taken from the queue.
+func queuedReconciles(t *testing.T) (func(types.NamespacedName, time.Duration), func() []time.Time) {
+	reqs, q := startedRequests(t)
+	var mu sync.Mutex
+	var taken []time.Time
+	go func() {
+		for {
+			item, shutdown := q.Get()
+			if shutdown {
+				return
+			}
+			mu.Lock()
+			taken = append(taken, time.Now())
+			mu.Unlock()
+			q.Done(item)
+		}
+	}()
+	return reqs.addAfter, func() []time.Time { mu.Lock(); defer mu.Unlock(); return slices.Clone(taken) }
 }

@@ -107,7 +107,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o Options, source routes.Sourc
 	if o.DNSResolver != "" {
 		tenantRoutes.Verifier = &domainVerifier{Resolver: o.DNSResolver,
 			Interval: cmp.Or(o.CustomDomainInterval, time.Minute), Grace: cmp.Or(o.CustomDomainGrace, time.Hour),
-			Answered: tenantRoutes.requests.add}
+			Answered: tenantRoutes.requests.addAfter}
 	}
 	failover := newFailover(mgr.GetClient(), recorder, tenantRoutes, accounts, monitor)
 	failover.newWave = sink.newWave

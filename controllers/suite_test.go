@@ -1,9 +1,11 @@
 package controllers_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -84,7 +86,10 @@ type operator struct {
 	cfEdge, awsEdge string
 	region          string
 	// cfUp and awsUp switch the edges' health endpoints between 200 and 503.
-	cfUp, awsUp       *atomic.Bool
+	cfUp, awsUp *atomic.Bool
+	// cfRefused, if set, is a record name whose batches Cloudflare refuses for their
+	// content (a 400), as it refuses a record it finds invalid.
+	cfRefused         atomic.Pointer[string]
 	cfProbe, awsProbe string
 	queue             zonequeue.Options
 	zoneResync        time.Duration
@@ -175,7 +180,7 @@ func newOperator(t testing.TB, id string) *operator {
 	t.Helper()
 	o := &operator{t: t, id: id, opNS: "op-" + id, ns: "t-" + id, cfEdge: "cf-" + id, awsEdge: "aws-" + id, region: "eu-" + id}
 	o.cf = cfemulator.New(cfToken)
-	cfSrv := httptest.NewServer(o.cf)
+	cfSrv := httptest.NewServer(http.HandlerFunc(o.serveCloudflare))
 	t.Cleanup(cfSrv.Close)
 	o.cfURL, o.cfZone = cfSrv.URL+"/client/v4/", o.cf.AddZone(zoneName)
 	o.cfUp, o.cfProbe = healthServer(t)
@@ -200,6 +205,25 @@ func newOperator(t testing.TB, id string) *operator {
 		HealthCheck: healthCheck(o.awsProbe),
 	}})
 	return o
+}
+
+// serveCloudflare is the emulator, refusing the batches that name o.cfRefused.
+func (o *operator) serveCloudflare(w http.ResponseWriter, r *http.Request) {
+	if name := o.cfRefused.Load(); name != nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/dns_records/batch") {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if bytes.Contains(body, []byte(`"`+*name+`"`)) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"success":false,"errors":[{"code":9039,"message":"Content for CNAME record is invalid."}],"messages":[],"result":null}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	o.cf.ServeHTTP(w, r)
 }
 
 func (o *operator) cfSecret() *corev1.Secret {

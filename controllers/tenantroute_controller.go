@@ -203,6 +203,12 @@ func (r *TenantRouteReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if report.rejected != nil {
+		// controller-runtime drops the result of a reconcile that errs: the route's own
+		// next check (its custom domains' proofs, a failing provider) is asked for here,
+		// or a removed proof's grace would never run out while a record stays rejected.
+		if report.result.RequeueAfter > 0 {
+			r.requests.addAfter(req.NamespacedName, report.result.RequeueAfter)
+		}
 		return ctrl.Result{}, report.rejected
 	}
 	return report.result, nil
@@ -482,6 +488,20 @@ func (q *requests) add(key types.NamespacedName) { q.addWith(key, false) }
 // addLow asks for a reconcile that goes behind those asked for by add, as a fan-out
 // does (see lowPriority).
 func (q *requests) addLow(key types.NamespacedName) { q.addWith(key, true) }
+
+// addAfter asks for a reconcile after d. The queue keeps one item a route at its
+// earliest time, so requests within d of each other make one reconcile, and one that
+// is queued already takes them all. Before the controller starts, it is an add: the
+// initial listing reconciles every route then anyway.
+func (q *requests) addAfter(key types.NamespacedName, d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.queue == nil {
+		q.waiting = append(q.waiting, waitingRequest{key, false})
+		return
+	}
+	q.queue.AddAfter(reconcile.Request{NamespacedName: key}, d)
+}
 
 func (q *requests) addWith(key types.NamespacedName, low bool) {
 	q.mu.Lock()
