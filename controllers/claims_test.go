@@ -372,6 +372,8 @@ func TestARouteWithRefusedRecordsKeepsItsChecks(t *testing.T) {
 	const managed, domain = "acme-rf.auth.example.com", "login.refused-corp.test"
 	refused := managed
 	o.cfRefused.Store(&refused)
+	terminal := map[string]string{"controller": "tenantroute"}
+	errsBefore := metricValue(t, "controller_runtime_terminal_reconcile_errors_total", terminal)
 	o.start()
 	o.create(o.route("acme", managed, domain))
 	var challenge v1.CustomDomainStatus
@@ -393,6 +395,9 @@ func TestARouteWithRefusedRecordsKeepsItsChecks(t *testing.T) {
 		challenge = tr.Status.CustomDomains[0]
 		return nil
 	})
+	if metricValue(t, "controller_runtime_terminal_reconcile_errors_total", terminal) == errsBefore {
+		t.Error("the refusal was no terminal error of the reconcile that found it")
+	}
 	// The proof, after every news of the route: only its own checks can find it, one
 	// interval (500 ms here) after the last.
 	dnsSrv.Set(challenge.ChallengeName, dns.TypeTXT, challenge.ChallengeValue)
@@ -405,6 +410,17 @@ func TestARouteWithRefusedRecordsKeepsItsChecks(t *testing.T) {
 		return nil
 	})
 	t.Logf("granted %s after the proof appeared", time.Since(start).Round(100*time.Millisecond))
+	// The refusal was an error of the reconcile that found it; found again at each of
+	// the route's checks, it is not one more: a logged error and a counted terminal
+	// error a minute for each refused route, forever.
+	errs, checks := metricValue(t, "controller_runtime_terminal_reconcile_errors_total", terminal), o.reconciles.Load()
+	time.Sleep(3 * time.Second)
+	if n := o.reconciles.Load() - checks; n < 3 {
+		t.Errorf("%d reconciles in 3 s with a 500 ms check interval", n)
+	}
+	if n := metricValue(t, "controller_runtime_terminal_reconcile_errors_total", terminal) - errs; n != 0 {
+		t.Errorf("the same refusal found again made %v more terminal errors, want none", n)
+	}
 }
 
 // A route being deleted stops being routed through Redis at once, not at the next

@@ -208,7 +208,7 @@ func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, targ
 		}
 	}
 	if !found {
-		return verdict{message: fmt.Sprintf("TXT %s%s does not hold %s", challengePrefix, domain, value)}
+		return verdict{message: fmt.Sprintf("TXT %s%s"+txtMissing+"%s", challengePrefix, domain, value)}
 	}
 	cname, err := v.query(ctx, domain, dns.TypeCNAME)
 	if err != nil {
@@ -219,7 +219,7 @@ func (v *domainVerifier) lookup(ctx context.Context, uid types.UID, domain, targ
 			return verdict{ok: true}
 		}
 	}
-	return verdict{message: fmt.Sprintf("%s is not a CNAME to %s", domain, target)}
+	return verdict{message: fmt.Sprintf("%s"+cnameMissing+"%s", domain, target)}
 }
 
 // query asks the resolver; a name that does not exist is an empty answer, a failure to
@@ -238,6 +238,23 @@ func (v *domainVerifier) query(ctx context.Context, name string, rrtype uint16) 
 		return in.Answer, nil
 	}
 	return nil, fmt.Errorf("%s answered %s for %s", v.Resolver, dns.RcodeToString[in.Rcode], name)
+}
+
+const (
+	// txtMissing and cnameMissing are in the message of an answer that found the
+	// proof missing, and in no other.
+	txtMissing   = " does not hold "
+	cnameMissing = " is not a CNAME to "
+	// uncheckedNote ends the message of a proven domain whose check got no answer.
+	uncheckedNote = "; the proof could not be checked, the domain stays verified"
+)
+
+// proofLost reports whether a domain's status says it was proven and its proof was
+// since found missing: its grace runs, and a check without an answer does not stop it.
+// It reads what the answer found, not what a message lacks: statuses written before
+// uncheckedNote existed say the same of a domain kept while unanswered.
+func proofLost(c v1.CustomDomainStatus) bool {
+	return c.VerifiedAt != nil && (strings.Contains(c.Message, txtMissing) || strings.Contains(c.Message, cnameMissing))
 }
 
 // verifyCustomDomains checks every custom domain of a route and returns the status of
@@ -282,10 +299,15 @@ func (r *TenantRouteReconciler) verifyCustomDomains(ctx context.Context, route *
 			if seen := metav1.NewTime(v.at); c.VerifiedAt == nil || c.VerifiedAt.Before(&seen) {
 				c.VerifiedAt = &seen
 			}
+		case v.unknown && c.VerifiedAt != nil && !proofLost(previous[c.Hostname]):
+			// No answer (the resolver away or slow, or not asked yet since the start)
+			// says nothing against the proof: it stands, with no loss announced and no
+			// grace counted. Before, within the grace it said "routed until" a time it
+			// was kept past, with a warning that it had lost its proof, for every proven
+			// domain at each start whose first lookups were slow.
+			c.Message = v.message + uncheckedNote
 		case c.VerifiedAt != nil && now.Sub(c.VerifiedAt.Time) < r.Verifier.Grace:
 			c.Message = fmt.Sprintf("%s; routed until %s", v.message, c.VerifiedAt.Add(r.Verifier.Grace).UTC().Format(time.RFC3339))
-		case v.unknown && c.VerifiedAt != nil:
-			c.Message = v.message // the resolver is away: keep what was proven
 		default:
 			c.Message = v.message
 			pending[c.Hostname] = fmt.Sprintf("waiting for proof of control: create TXT %s = %s and CNAME %s -> %s (%s)",

@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	v1 "github.com/tenantroute/tenantroute-operator/api/v1alpha1"
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
@@ -242,4 +243,86 @@ func queuedReconciles(t *testing.T) (func(types.NamespacedName, time.Duration), 
 		}
 	}()
 	return reqs.addAfter, func() []time.Time { mu.Lock(); defer mu.Unlock(); return slices.Clone(taken) }
+}
+
+// A proven domain whose check gets no answer (the resolver away or slow, or no lookup
+// yet since the start, as in a failover then) keeps its grant without a word of loss.
+// Within the grace it said "routed until" a time it was kept past, with a warning that
+// it had lost its proof: for every proven domain at each start whose first lookups
+// were slow. A domain whose proof was found gone still runs out of grace.
+func TestAProvenDomainWithoutAnAnswerIsNotLost(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0") // reads questions, answers none
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	r := &TenantRouteReconciler{Verifier: &domainVerifier{Resolver: silent.LocalAddr().String(), Interval: time.Minute, Grace: time.Hour}}
+	const domain, target = "login.unanswered-corp.test", "acme.edge.example.com"
+	now := metav1.Now()
+	route := func(verified time.Time, message string) *v1.TenantRoute {
+		at := metav1.NewTime(verified)
+		return &v1.TenantRoute{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "uid-unanswered"},
+			Status: v1.TenantRouteStatus{CustomDomains: []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target, VerifiedAt: &at, Message: message}}}}
+	}
+	// report writes the check's statuses as a reconcile does, and returns its events.
+	report := func(tr *v1.TenantRoute, custom []v1.CustomDomainStatus) []string {
+		rec := events.NewFakeRecorder(16)
+		r.reportCustomDomains(tr, custom, nil, rec)
+		close(rec.Events)
+		var got []string
+		for e := range rec.Events {
+			got = append(got, e)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		name       string
+		cachedOnly bool
+	}{{"a failover before any lookup since the start", true}, {"a reconcile whose lookup is not answered in its budget", false}} {
+		tr := route(now.Add(-time.Minute), "")
+		custom, pending := r.verifyCustomDomains(context.Background(), tr, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, now, c.cachedOnly)
+		if len(pending) != 0 {
+			t.Errorf("%s: a proven domain is pending: %v", c.name, pending)
+		}
+		if m := custom[0].Message; strings.Contains(m, "routed until") || !strings.HasSuffix(m, uncheckedNote) {
+			t.Errorf("%s: message %q, want the proof unchecked, not lost", c.name, m)
+		}
+		if got := report(tr, custom); len(got) != 0 {
+			t.Errorf("%s: events %q, want none", c.name, got)
+		}
+		// The proof then found gone is a loss, announced.
+		unchecked := tr.Status.CustomDomains
+		lost := slices.Clone(unchecked)
+		lost[0].Message = "TXT _tenantroute-challenge." + domain + " does not hold it; routed until later"
+		if got := report(tr, lost); len(got) != 1 || !strings.Contains(got[0], v1.ReasonDomainUnverified) {
+			t.Errorf("%s, then the proof gone: events %q, want one %s", c.name, got, v1.ReasonDomainUnverified)
+		}
+	}
+	check := func(tr *v1.TenantRoute) (v1.CustomDomainStatus, map[string]string) {
+		custom, pending := r.verifyCustomDomains(context.Background(), tr, []v1.CustomDomainStatus{{Hostname: domain, CNAMETarget: target}}, now, false)
+		return custom[0], pending
+	}
+	// A proof found gone runs out of grace, answers or not: granted within it...
+	const gone = "TXT _tenantroute-challenge." + domain + txtMissing + "it; routed until "
+	if got, pending := check(route(now.Add(-30*time.Minute), gone+"later")); len(pending) != 0 || !strings.Contains(got.Message, "routed until") {
+		t.Errorf("a proof found gone 30 minutes ago (grace: one hour), no answer since: pending %v, message %q; want granted, in its grace", pending, got.Message)
+	}
+	// ...and not after it.
+	if _, pending := check(route(now.Add(-2*time.Hour), gone+"an hour ago")); pending[domain] == "" {
+		t.Error("a domain whose proof was found gone two hours ago (grace: one hour) is still granted while its checks get no answer")
+	}
+	// Statuses written before the unchecked note: a domain kept while unanswered
+	// said the resolver's error alone, within the grace with "routed until" too.
+	// They are not losses.
+	for _, old := range []struct {
+		verified time.Time
+		message  string
+	}{
+		{now.Add(-2 * time.Hour), "asking 10.0.0.10:53 for _tenantroute-challenge." + domain + ": i/o timeout"},
+		{now.Add(-time.Minute), "10.0.0.10:53 answered SERVFAIL for _tenantroute-challenge." + domain + "; routed until later"},
+	} {
+		if got, pending := check(route(old.verified, old.message)); len(pending) != 0 || !strings.HasSuffix(got.Message, uncheckedNote) {
+			t.Errorf("a domain kept unanswered by the version before (%q), no answer again: pending %v, message %q; want it kept", old.message, pending, got.Message)
+		}
+	}
 }

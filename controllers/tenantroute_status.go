@@ -31,9 +31,9 @@ const maxConditionMessage = 32768
 // updateStatus writes what the reconcile found into the route's status and records
 // the events of its transitions in rec (sent once the status is written).
 func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePlan, states []*edgeState, rec events.EventRecorder) statusReport {
-	previous := map[string]v1.RecordState{}
+	previous := map[string]v1.ProviderRecordStatus{}
 	for _, p := range route.Status.Providers {
-		previous[p.Edge] = p.State
+		previous[p.Edge] = p
 	}
 	r.reportActiveEdge(route, in, rec)
 
@@ -44,23 +44,29 @@ func (r *TenantRouteReconciler) updateStatus(route *v1.TenantRoute, in *routePla
 		if s.removing && state == v1.RecordsSynced && s.records == 0 {
 			continue // its records are gone: it drops out of status
 		}
-		providersStatus = append(providersStatus, v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records),
-			Message: clip.String(message, maxConditionMessage)})
+		st := v1.ProviderRecordStatus{Edge: s.edge, State: state, Records: int32(s.records),
+			Message: clip.String(message, maxConditionMessage)}
+		providersStatus = append(providersStatus, st)
+		was := previous[s.edge]
 		switch state {
 		case v1.RecordsError:
 			failing = append(failing, fmt.Sprintf("%s: %s", s.edge, message))
-			if previous[s.edge] != v1.RecordsError {
+			if was.State != v1.RecordsError {
 				rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonProviderError, "ApplyRecords", "%s: %s", s.edge, message)
 			}
 		case v1.RecordsPending:
 			pending = append(pending, s.edge)
 		default:
-			if previous[s.edge] == v1.RecordsError {
+			if was.State == v1.RecordsError {
 				rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonProviderRecovered, "ApplyRecords", "%s: records in sync again", s.edge)
 			}
 		}
 		conflicts = append(conflicts, s.conflicts...)
-		rejected = append(rejected, s.rejected...)
+		// A refusal is an error of the reconcile that finds it; the same one found
+		// again, at each of the route's checks, is its status alone.
+		if was.State != st.State || was.Message != st.Message {
+			rejected = append(rejected, s.rejected...)
+		}
 	}
 	route.Status.Providers = providersStatus
 	route.Status.TenantID = &in.tenant
@@ -161,7 +167,7 @@ func (r *TenantRouteReconciler) reportCustomDomains(route *v1.TenantRoute, custo
 		case c.Message == "" && c.VerifiedAt != nil && (!seen || old.VerifiedAt == nil):
 			rec.Eventf(route, nil, corev1.EventTypeNormal, v1.ReasonDomainVerified, "VerifyDomain",
 				"%s: proof of control found; the domain is routed", c.Hostname)
-		case c.Message != "" && c.VerifiedAt != nil && seen && old.Message == "":
+		case proofLost(c) && seen && !proofLost(old):
 			rec.Eventf(route, nil, corev1.EventTypeWarning, v1.ReasonDomainUnverified, "VerifyDomain",
 				"%s lost its proof of control: %s", c.Hostname, c.Message)
 		}
