@@ -22,8 +22,8 @@ func shipped(t *testing.T) []monitoring.Query {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dash) < 20 || len(rules) != 9 {
-		t.Fatalf("%d dashboard queries and %d rules; want at least 20 and 9", len(dash), len(rules))
+	if len(dash) < 20 || len(rules) != 10 {
+		t.Fatalf("%d dashboard queries and %d rules; want at least 20 and 10", len(dash), len(rules))
 	}
 	return append(dash, rules...)
 }
@@ -48,7 +48,7 @@ func TestShippedQueriesParse(t *testing.T) {
 		}
 	}
 	slices.Sort(alerts)
-	want := []string{"TenantRouteCertificateExpiringSoon", "TenantRouteCertificateFailed",
+	want := []string{"TenantRouteCertificateExpiringSoon", "TenantRouteCertificateFailed", "TenantRouteCertificateStorageFailing",
 		"TenantRouteEdgeUnhealthy", "TenantRouteFailStatic", "TenantRouteLookupBreakerOpen",
 		"TenantRouteProxy5xxRatio", "TenantRouteProxyOutOfDescriptors", "TenantRouteRecordsFailing", "TenantRouteRedisUnreachable"}
 	if !slices.Equal(alerts, want) {

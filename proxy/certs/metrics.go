@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -30,6 +31,10 @@ var (
 		Name: "tenantroute_proxy_certificate_storage_unreadable_total",
 		Help: "Values in the shared certificate storage that do not open with this proxy's key (the shared key was rotated, or the value was tampered with); they are treated as absent and obtained again.",
 	})
+	storageErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantroute_proxy_certificate_storage_errors_total",
+		Help: "Commands of the shared certificate storage in Redis that failed (Redis away, full or refusing), by operation: write, read, delete, list, lock, unlock, refresh (of a held lock). A certificate that cannot be written is obtained again by every replica and at every restart.",
+	}, []string{"op"})
 	earliestExpiry = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tenantroute_proxy_certificate_earliest_expiry_timestamp_seconds",
 		Help: "When the certificate served by this proxy that expires first expires (Unix seconds); 0 before any TLS handshake.",
@@ -57,6 +62,9 @@ func init() {
 	for _, r := range []string{"secret", "acme", "no_sni", "not_routed", "backoff", "no_certificate", "acme_failed"} {
 		handshakes.WithLabelValues(r)
 	}
+	for _, op := range []string{"write", "read", "delete", "list", "lock", "unlock", "refresh"} {
+		storageErrors.WithLabelValues(op)
+	}
 	for _, kind := range []string{"obtain", "renew"} {
 		for _, r := range []string{"ok", "failed"} {
 			issuances.WithLabelValues(kind, r)
@@ -66,7 +74,7 @@ func init() {
 
 // Register adds the certificate metrics to a registry.
 func Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{handshakes, issuances, certReloadErrors, certRecordErrors, storageUnreadable, earliestExpiry} {
+	for _, c := range []prometheus.Collector{handshakes, issuances, certReloadErrors, certRecordErrors, storageUnreadable, storageErrors, earliestExpiry} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -111,4 +119,14 @@ func expiryHosts() map[string]struct{} {
 		out[h] = struct{}{}
 	}
 	return out
+}
+
+// storageFailed counts a failed command of the certificate storage and returns err;
+// not one that failed because its caller gave up (a client gone mid-handshake, a lock
+// no longer waited for): that says nothing of the storage.
+func storageFailed(caller context.Context, op string, err error) error {
+	if caller.Err() == nil {
+		storageErrors.WithLabelValues(op).Inc()
+	}
+	return err
 }

@@ -102,23 +102,23 @@ func (s *RedisStorage) open(key string, sealed []byte) ([]byte, time.Time, error
 
 // Store implements certmagic.Storage.
 func (s *RedisStorage) Store(ctx context.Context, key string, value []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
 	defer cancel()
-	if err := s.kv.Client.Set(ctx, storagePrefix+key, s.seal(key, value, time.Now()), 0).Err(); err != nil {
-		return fmt.Errorf("certificate storage: writing %s: %w", key, err)
+	if err := s.kv.Client.Set(opCtx, storagePrefix+key, s.seal(key, value, time.Now()), 0).Err(); err != nil {
+		return storageFailed(ctx, "write", fmt.Errorf("certificate storage: writing %s: %w", key, err))
 	}
 	return nil
 }
 
 func (s *RedisStorage) load(ctx context.Context, key string) ([]byte, time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
 	defer cancel()
-	b, err := s.kv.Client.Get(ctx, storagePrefix+key).Bytes()
+	b, err := s.kv.Client.Get(opCtx, storagePrefix+key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, time.Time{}, fs.ErrNotExist
 	}
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("certificate storage: reading %s: %w", key, err)
+		return nil, time.Time{}, storageFailed(ctx, "read", fmt.Errorf("certificate storage: reading %s: %w", key, err))
 	}
 	return s.open(key, b)
 }
@@ -134,23 +134,23 @@ func (s *RedisStorage) Load(ctx context.Context, key string) ([]byte, error) {
 // scan of the whole keyspace, which grows with every hostname: the library deletes a
 // file after every challenge it solves).
 func (s *RedisStorage) Delete(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
 	defer cancel()
-	n, err := s.kv.Client.Del(ctx, storagePrefix+key).Result()
+	n, err := s.kv.Client.Del(opCtx, storagePrefix+key).Result()
 	if err != nil {
-		return fmt.Errorf("certificate storage: deleting %s: %w", key, err)
+		return storageFailed(ctx, "delete", fmt.Errorf("certificate storage: deleting %s: %w", key, err))
 	}
 	if n > 0 || isFileName(key) {
 		return nil // a file has nothing under it
 	}
-	keys, err := s.kv.Keys(ctx, storagePrefix+escapeGlob(key)+"/*")
+	keys, err := s.kv.Keys(opCtx, storagePrefix+escapeGlob(key)+"/*")
 	if err != nil {
-		return fmt.Errorf("certificate storage: listing %s: %w", key, err)
+		return storageFailed(ctx, "list", fmt.Errorf("certificate storage: listing %s: %w", key, err))
 	}
 	for _, k := range keys {
 		// One key per command: in a Redis Cluster the keys live on different slots.
-		if err := s.kv.Client.Del(ctx, k).Err(); err != nil {
-			return fmt.Errorf("certificate storage: deleting %s: %w", strings.TrimPrefix(k, storagePrefix), err)
+		if err := s.kv.Client.Del(opCtx, k).Err(); err != nil {
+			return storageFailed(ctx, "delete", fmt.Errorf("certificate storage: deleting %s: %w", strings.TrimPrefix(k, storagePrefix), err))
 		}
 	}
 	return nil
@@ -176,6 +176,10 @@ func (s *RedisStorage) Exists(ctx context.Context, key string) bool {
 		_, _, err = s.open(key, b)
 		return err == nil
 	}
+	if !errors.Is(err, redis.Nil) {
+		_ = storageFailed(ctx, "read", err)
+		return false
+	}
 	if isFileName(key) {
 		return false
 	}
@@ -185,12 +189,12 @@ func (s *RedisStorage) Exists(ctx context.Context, key string) bool {
 
 // List implements certmagic.Storage.
 func (s *RedisStorage) List(ctx context.Context, path string, recursive bool) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, redisOpTimeout)
 	defer cancel()
 	dir := strings.TrimSuffix(path, "/") + "/"
-	keys, err := s.kv.Keys(ctx, storagePrefix+escapeGlob(dir)+"*")
+	keys, err := s.kv.Keys(opCtx, storagePrefix+escapeGlob(dir)+"*")
 	if err != nil {
-		return nil, fmt.Errorf("certificate storage: listing %s: %w", path, err)
+		return nil, storageFailed(ctx, "list", fmt.Errorf("certificate storage: listing %s: %w", path, err))
 	}
 	seen := map[string]bool{}
 	var out []string
@@ -250,6 +254,9 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 		if err == nil && ok {
 			break
 		}
+		if err != nil {
+			_ = storageFailed(ctx, "lock", err)
+		}
 		select {
 		case <-ctx.Done():
 			if err != nil {
@@ -284,7 +291,10 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
-				_ = refreshScript.Run(ctx, s.kv.Client, []string{key}, token, lockTTL.Milliseconds()).Err()
+				if err := refreshScript.Run(ctx, s.kv.Client, []string{key}, token, lockTTL.Milliseconds()).Err(); err != nil {
+					// Past lockTTL without a refresh another replica may take the lock.
+					_ = storageFailed(context.Background(), "refresh", err)
+				}
 				cancel()
 			}
 		}
@@ -315,7 +325,7 @@ func (s *RedisStorage) Unlock(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redisOpTimeout)
 	defer cancel()
 	if err := unlockScript.Run(ctx, s.kv.Client, []string{lockPrefix + name}, held.token).Err(); err != nil {
-		return fmt.Errorf("certificate storage: unlocking %s (it expires within %s): %w", name, lockTTL, err)
+		return storageFailed(context.Background(), "unlock", fmt.Errorf("certificate storage: unlocking %s (it expires within %s): %w", name, lockTTL, err))
 	}
 	return nil
 }

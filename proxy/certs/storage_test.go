@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tenantroute/tenantroute-operator/internal/testenv"
@@ -144,6 +145,12 @@ func TestRedisStorageKeepsCertmagicsContract(t *testing.T) {
 	if err := other.Lock(ctx, "issue_cert_b.test"); err != nil {
 		t.Fatalf("after both Unlocks: %v", err)
 	}
+	// Released, so that their refreshes stop before this test's Redis does.
+	for _, name := range []string{"issue_cert_a.test", "issue_cert_b.test"} {
+		if err := other.Unlock(ctx, name); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // scanCounter counts the SCAN commands a client sends.
@@ -201,4 +208,87 @@ func TestDeletingAFileScansNothing(t *testing.T) {
 	if s.Exists(ctx, "certificates/ca/b.test/b.test.crt") || s.Exists(ctx, "certificates/ca/b.test/b.test.key") {
 		t.Error("a directory's keys outlived its Delete")
 	}
+}
+
+// A storage that cannot write (Redis full) or answer (Redis gone) is counted by
+// operation, one count a failed command; a caller that gave up is not the storage's
+// failure. The library only logs such errors, and a certificate that cannot be written
+// is ordered again by every replica and at every restart, into the CA's
+// duplicate-certificate limit, with nothing to alert on.
+func TestStorageFailuresAreCounted(t *testing.T) {
+	r := testenv.StartRedis(t)
+	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1}), Key: []byte(strings.Repeat("k", 32))}
+	s, err := NewRedisStorage(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const key = "certificates/ca/full.test/full.test.crt"
+	if err := s.Store(ctx, key, []byte("CERT")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Lock(ctx, "issue_cert_held.test"); err != nil {
+		t.Fatal(err)
+	}
+	// counts runs f and checks what it added to each operation's failures. A lock's
+	// refresh runs in the background (every 10 s), and left out.
+	counts := func(what string, f func() error, want map[string]float64) {
+		t.Helper()
+		ops := []string{"write", "read", "delete", "list", "lock", "unlock"}
+		before := map[string]float64{}
+		for _, op := range ops {
+			before[op] = testutil.ToFloat64(storageErrors.WithLabelValues(op))
+		}
+		if err := f(); err == nil {
+			t.Errorf("%s: no error", what)
+		}
+		for _, op := range ops {
+			if got := testutil.ToFloat64(storageErrors.WithLabelValues(op)) - before[op]; got != want[op] {
+				t.Errorf("%s: %v %s failures counted, want %v", what, got, op, want[op])
+			}
+		}
+	}
+	absentIsNoError := func(err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+
+	// Redis full, as at maxmemory with no eviction: writes are refused, reads served.
+	if err := kv.Client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	counts("a write to a full Redis", func() error { return s.Store(ctx, key+".new", []byte("CERT")) }, map[string]float64{"write": 1})
+	// A lock is tried again until its caller gives up: each refused try counts (tries
+	// at 0, 100, 300 and 700 ms within the second waited; fewer on a busy machine).
+	locks := testutil.ToFloat64(storageErrors.WithLabelValues("lock"))
+	lockCtx, cancel := context.WithTimeout(ctx, time.Second)
+	if err := s.Lock(lockCtx, "issue_cert_full.test"); err == nil {
+		t.Error("a full Redis gave a lock")
+	}
+	cancel()
+	if n := testutil.ToFloat64(storageErrors.WithLabelValues("lock")) - locks; n < 1 || n > 4 {
+		t.Errorf("a lock refused for the second its caller waited: %v failures counted, want one a try (1 to 4)", n)
+	}
+	if v, err := s.Load(ctx, key); err != nil || string(v) != "CERT" {
+		t.Errorf("a full Redis's read: %q, %v", v, err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	counts("a read its caller gave up", func() error { _, err := s.Load(canceled, key); return err }, nil)
+
+	// Redis gone.
+	r.Kill()
+	counts("Load", func() error { _, err := s.Load(ctx, key); return absentIsNoError(err) }, map[string]float64{"read": 1})
+	counts("Stat", func() error { _, err := s.Stat(ctx, key); return absentIsNoError(err) }, map[string]float64{"read": 1})
+	counts("Exists", func() error {
+		if s.Exists(ctx, key) {
+			return nil
+		}
+		return errors.New("absent")
+	}, map[string]float64{"read": 1})
+	counts("List", func() error { _, err := s.List(ctx, "certificates", true); return absentIsNoError(err) }, map[string]float64{"list": 1})
+	counts("Delete", func() error { return s.Delete(ctx, key) }, map[string]float64{"delete": 1})
+	counts("Unlock", func() error { return s.Unlock(ctx, "issue_cert_held.test") }, map[string]float64{"unlock": 1})
 }
