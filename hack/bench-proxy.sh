@@ -15,7 +15,9 @@
 #            matching on the path; an unknown host would be a 404 and fails the run
 #   ROUNDS=3 DURATION=10s     rounds of each kind and the length of one measurement
 #   PEERS="nginx haproxy caddy floor"   who runs beside the proxy; "floorwork" adds the
-#                             floor doing the proxy's per-request work (floor -work)
+#                             floor doing the proxy's per-request work (floor -work),
+#                             "floorinplace" the same work line by line, as nginx does it
+#                             (floor -work -inplace)
 # Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -46,6 +48,7 @@ declare -A port=(
   [plain.nginx]=19003 [tls.nginx]=19013 [hosts.nginx]=19033
   [plain.floor]=19004 [hosts.floor]=19004
   [plain.floorwork]=19007 [hosts.floorwork]=19007
+  [plain.floorinplace]=19008 [hosts.floorinplace]=19008
   [plain.haproxy]=19005 [tls.haproxy]=19015 [hosts.haproxy]=19035
   [plain.caddy]=19006 [tls.caddy]=19016 [hosts.caddy]=19036
 )
@@ -63,6 +66,11 @@ fi
 if [[ " ${peers} " == *" floorwork "* ]]; then
   "${work}/floor" -listen 127.0.0.1:19007 -backend 127.0.0.1:19001 -work -hosts "${nhosts}" & pids+=($!)
   cpu_pids[floorwork]=$!
+fi
+
+if [[ " ${peers} " == *" floorinplace "* ]]; then
+  "${work}/floor" -listen 127.0.0.1:19008 -backend 127.0.0.1:19001 -work -inplace -hosts "${nhosts}" & pids+=($!)
+  cpu_pids[floorinplace]=$!
 fi
 
 if [[ " ${peers} " == *" nginx "* ]]; then
@@ -204,12 +212,12 @@ col() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n { print $c }' "${w
 echo
 echo "medians of ${rounds} alternating rounds (ratios to nginx's medians):"
 for kind in ${kinds}; do
-  printf '%-6s %-8s %11s %9s %9s %10s %8s %8s\n' "${kind}" "" "requests/s" "p99 ms" "CPU us/r" "x nginx/s" "x p99" "x CPU"
+  printf '%-6s %-12s %11s %9s %9s %10s %8s %8s\n' "${kind}" "" "requests/s" "p99 ms" "CPU us/r" "x nginx/s" "x p99" "x CPU"
   ref_rps=$(col "${kind}" nginx 3); ref_p99=$(col "${kind}" nginx 4); ref_cpu=$(col "${kind}" nginx 5)
   for name in proxy ${peers}; do
     [[ -n "${port[${kind}.${name}]:-}" ]] || continue
     rps=$(col "${kind}" "${name}" 3); p99=$(col "${kind}" "${name}" 4); cpu=$(col "${kind}" "${name}" 5)
-    printf '%-6s %-8s %11s %9s %9s' "" "${name}" "${rps}" "${p99}" "${cpu}"
+    printf '%-6s %-12s %11s %9s %9s' "" "${name}" "${rps}" "${p99}" "${cpu}"
     if [[ -n "${ref_rps}" ]]; then
       awk -v a="${rps}" -v b="${ref_rps}" -v c="${p99}" -v d="${ref_p99}" -v e="${cpu}" -v f="${ref_cpu}" \
         'BEGIN { printf " %9.2fx %7.2fx %7.2fx", a/b, c/d, e/f }'

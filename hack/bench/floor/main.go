@@ -39,13 +39,21 @@ type loop struct {
 	conns   map[int]*conn
 	idle    []*conn // backend connections ready for a request
 	backend unix.Sockaddr
-	work    *work // with -work, the proxy's work on each request and answer
+	work    proxyWork // with -work, the proxy's work on each request and answer
+}
+
+// proxyWork is the proxy's work on a request's header and an answer (work.go,
+// inplace.go).
+type proxyWork interface {
+	request(header []byte, peer netip.Addr) ([]byte, bool)
+	response(header, body []byte) ([]byte, bool)
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:19004", "address")
 	backend := flag.String("backend", "127.0.0.1:19001", "backend address (host:port, IPv4)")
 	withWork := flag.Bool("work", false, "do the proxy's work on each request and answer (work.go)")
+	inPlace := flag.Bool("inplace", false, "with -work, do it line by line, as nginx does, without fasthttp's parser (inplace.go)")
 	nhosts := flag.Int("hosts", 0, "with -work, also route t0 to tN-1.bench.example.com")
 	flag.Parse()
 	hosts := map[string]string{"bench.example.com": "bench"}
@@ -65,7 +73,10 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if *withWork {
+		switch {
+		case *withWork && *inPlace:
+			l.work = newInplace(hosts)
+		case *withWork:
 			l.work = newWork(hosts)
 		}
 		go l.run()

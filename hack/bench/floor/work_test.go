@@ -11,7 +11,18 @@ import (
 // The work does what the proxy does to a request: the tenant set, the client's
 // forwarding headers and hop-by-hop headers gone, its own set; an unknown host refused.
 func TestWorkRewritesAsTheProxyDoes(t *testing.T) {
-	w := newWork(map[string]string{"bench.example.com": "bench"})
+	for name, w := range works() {
+		t.Run(name, func(t *testing.T) { testRewrite(t, w) })
+	}
+}
+
+// works are the two ways the floor does the proxy's work.
+func works() map[string]proxyWork {
+	hosts := map[string]string{"bench.example.com": "bench"}
+	return map[string]proxyWork{"fasthttp": newWork(hosts), "inplace": newInplace(hosts)}
+}
+
+func testRewrite(t *testing.T, w proxyWork) {
 	peer := netip.MustParseAddr("192.0.2.7")
 	out, ok := w.request([]byte("GET /x HTTP/1.1\r\nHost: bench.example.com\r\nX_Tenant_Id: evil\r\nX-Forwarded-For: 6.6.6.6\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n"), peer)
 	if !ok {
@@ -39,19 +50,37 @@ func TestWorkRewritesAsTheProxyDoes(t *testing.T) {
 }
 
 func BenchmarkWork(b *testing.B) {
-	w := newWork(map[string]string{"bench.example.com": "bench"})
 	req := []byte("GET / HTTP/1.1\r\nHost: bench.example.com\r\n\r\n")
 	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 512\r\n\r\n")
 	body := make([]byte, 512)
 	peer := netip.MustParseAddr("127.0.0.1")
-	b.Run("request", func(b *testing.B) {
-		for b.Loop() {
-			w.request(req, peer)
+	for name, w := range works() {
+		b.Run(name+"/request", func(b *testing.B) {
+			for b.Loop() {
+				w.request(req, peer)
+			}
+		})
+		b.Run(name+"/response", func(b *testing.B) {
+			for b.Loop() {
+				w.response(resp, body)
+			}
+		})
+	}
+}
+
+// The line-by-line work refuses what it cannot read as one header a line: a request
+// with two Hosts, a folded line, a space before a colon.
+func TestInplaceRefusesWhatItCannotRead(t *testing.T) {
+	w := newInplace(map[string]string{"bench.example.com": "bench", "other.example.com": "other"})
+	peer := netip.MustParseAddr("192.0.2.7")
+	for _, req := range []string{
+		"GET / HTTP/1.1\r\nHost: bench.example.com\r\nHost: other.example.com\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: bench.example.com\r\nX-A: 1\r\n folded\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost : bench.example.com\r\n\r\n",
+		"GET / HTTP/1.1\r\n\r\n",
+	} {
+		if out, ok := w.request([]byte(req), peer); ok {
+			t.Errorf("forwarded %q as:\n%s", req, out)
 		}
-	})
-	b.Run("response", func(b *testing.B) {
-		for b.Loop() {
-			w.response(resp, body)
-		}
-	})
+	}
 }
