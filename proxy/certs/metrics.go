@@ -33,7 +33,7 @@ var (
 	})
 	storageErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantroute_proxy_certificate_storage_errors_total",
-		Help: "Commands of the shared certificate storage in Redis that failed (Redis away, full or refusing), by operation: write, read, delete, list, lock, unlock, refresh (of a held lock). A certificate that cannot be written is obtained again by every replica and at every restart.",
+		Help: "Commands of the shared certificate storage in Redis that failed (Redis away, full or refusing), by operation: write, read, delete, list, lock, unlock, refresh (a held lock not kept: the command failed, or the lock was gone). A certificate that cannot be written is obtained again by every replica and at every restart.",
 	}, []string{"op"})
 	earliestExpiry = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tenantroute_proxy_certificate_earliest_expiry_timestamp_seconds",

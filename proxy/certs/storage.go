@@ -54,6 +54,10 @@ const (
 	redisOpTimeout = 2 * time.Second
 )
 
+// lockRefresh is how often a holder pushes its lock's expiry back (a variable for the
+// tests).
+var lockRefresh = lockTTL / 3
+
 // NewRedisStorage returns the shared certificate storage over kv's client and key.
 func NewRedisStorage(kv routes.KV) (*RedisStorage, error) {
 	if len(kv.Key) < 32 {
@@ -282,8 +286,9 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 	}
 	s.locks[name] = append(holders, heldLock{token: token, stop: stop})
 	s.mu.Unlock()
+	every := lockRefresh
 	go func() {
-		t := time.NewTicker(lockTTL / 3)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -291,11 +296,19 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
-				if err := refreshScript.Run(ctx, s.kv.Client, []string{key}, token, lockTTL.Milliseconds()).Err(); err != nil {
+				kept, err := refreshScript.Run(ctx, s.kv.Client, []string{key}, token, lockTTL.Milliseconds()).Int()
+				cancel()
+				switch {
+				case err != nil:
 					// Past lockTTL without a refresh another replica may take the lock.
 					_ = storageFailed(context.Background(), "refresh", err)
+				case kept == 0:
+					// Gone (expired while Redis was away, or evicted): another replica
+					// may be ordering the same certificate now. Counted once; there is
+					// nothing left to refresh.
+					_ = storageFailed(context.Background(), "refresh", fmt.Errorf("certificate storage: the lock on %s was lost", name))
+					return
 				}
-				cancel()
 			}
 		}
 	}()

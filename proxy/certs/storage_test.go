@@ -292,3 +292,35 @@ func TestStorageFailuresAreCounted(t *testing.T) {
 	counts("Delete", func() error { return s.Delete(ctx, key) }, map[string]float64{"delete": 1})
 	counts("Unlock", func() error { return s.Unlock(ctx, "issue_cert_held.test") }, map[string]float64{"unlock": 1})
 }
+
+// A held lock found gone at its refresh (expired while Redis was away, or evicted) is
+// counted once, and no longer refreshed: another replica may be ordering the same
+// certificate. The refresh script answered 0 and nothing said so.
+func TestALostLockIsCounted(t *testing.T) {
+	r := testenv.StartRedis(t)
+	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1}), Key: []byte(strings.Repeat("k", 32))}
+	s, err := NewRedisStorage(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { lockRefresh = d }(lockRefresh)
+	lockRefresh = 50 * time.Millisecond
+	ctx := context.Background()
+	refreshes := storageErrors.WithLabelValues("refresh")
+	before := testutil.ToFloat64(refreshes)
+	if err := s.Lock(ctx, "issue_cert_lost.test"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // refreshed, kept
+	if n := testutil.ToFloat64(refreshes) - before; n != 0 {
+		t.Fatalf("%v refresh failures counted while the lock was held", n)
+	}
+	kv.Client.Del(ctx, lockPrefix+"issue_cert_lost.test") // evicted
+	time.Sleep(400 * time.Millisecond)
+	if n := testutil.ToFloat64(refreshes) - before; n != 1 {
+		t.Errorf("a lock found gone: %v refresh failures counted, want 1", n)
+	}
+	if err := s.Unlock(ctx, "issue_cert_lost.test"); err != nil {
+		t.Error(err)
+	}
+}
