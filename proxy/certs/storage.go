@@ -303,6 +303,11 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 					// Past lockTTL without a refresh another replica may take the lock.
 					_ = storageFailed(context.Background(), "refresh", err)
 				case kept == 0:
+					select {
+					case <-stop:
+						return // released meanwhile: Unlock stops the refresh before it deletes
+					default:
+					}
 					// Gone (expired while Redis was away, or evicted): another replica
 					// may be ordering the same certificate now. Counted once; there is
 					// nothing left to refresh.
