@@ -301,7 +301,7 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 				switch {
 				case err != nil:
 					// Past lockTTL without a refresh another replica may take the lock.
-					_ = storageFailed(context.Background(), "refresh", err)
+					storageErrors.WithLabelValues("refresh").Inc()
 				case kept == 0:
 					select {
 					case <-stop:
@@ -311,7 +311,7 @@ func (s *RedisStorage) Lock(ctx context.Context, name string) error {
 					// Gone (expired while Redis was away, or evicted): another replica
 					// may be ordering the same certificate now. Counted once; there is
 					// nothing left to refresh.
-					_ = storageFailed(context.Background(), "refresh", fmt.Errorf("certificate storage: the lock on %s was lost", name))
+					storageErrors.WithLabelValues("refresh").Inc()
 					return
 				}
 			}

@@ -216,12 +216,7 @@ func TestDeletingAFileScansNothing(t *testing.T) {
 // is ordered again by every replica and at every restart, into the CA's
 // duplicate-certificate limit, with nothing to alert on.
 func TestStorageFailuresAreCounted(t *testing.T) {
-	r := testenv.StartRedis(t)
-	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1}), Key: []byte(strings.Repeat("k", 32))}
-	s, err := NewRedisStorage(kv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, kv, r := startStorage(t)
 	ctx := context.Background()
 	const key = "certificates/ca/full.test/full.test.crt"
 	if err := s.Store(ctx, key, []byte("CERT")); err != nil {
@@ -297,12 +292,7 @@ func TestStorageFailuresAreCounted(t *testing.T) {
 // counted once, and no longer refreshed: another replica may be ordering the same
 // certificate. The refresh script answered 0 and nothing said so.
 func TestALostLockIsCounted(t *testing.T) {
-	r := testenv.StartRedis(t)
-	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1}), Key: []byte(strings.Repeat("k", 32))}
-	s, err := NewRedisStorage(kv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, kv, _ := startStorage(t)
 	defer func(d time.Duration) { lockRefresh = d }(lockRefresh)
 	lockRefresh = 50 * time.Millisecond
 	ctx := context.Background()
@@ -340,4 +330,17 @@ func TestALostLockIsCounted(t *testing.T) {
 	if n := testutil.ToFloat64(refreshes) - before; n != 0 {
 		t.Errorf("200 locks released while refreshed: %v counted lost, want none", n)
 	}
+}
+
+// startStorage is a storage over a Redis of the test's own, with the production
+// client's settings (no retries: one command, one attempt).
+func startStorage(t *testing.T) (*RedisStorage, routes.KV, *testenv.Redis) {
+	t.Helper()
+	r := testenv.StartRedis(t)
+	kv := routes.KV{Client: redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1}), Key: []byte(strings.Repeat("k", 32))}
+	s, err := NewRedisStorage(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, kv, r
 }
