@@ -17,7 +17,8 @@
 #   PEERS="nginx haproxy caddy floor"   who runs beside the proxy; "floorwork" adds the
 #                             floor doing the proxy's per-request work (floor -work),
 #                             "floorinplace" the same work line by line, as nginx does it
-#                             (floor -work -inplace)
+#                             (floor -work -inplace); "loop" the proxy on its loop engine
+#                             (plain HTTP only: the engine serves no TLS listener)
 # Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -49,6 +50,7 @@ declare -A port=(
   [plain.floor]=19004 [hosts.floor]=19004
   [plain.floorwork]=19007 [hosts.floorwork]=19007
   [plain.floorinplace]=19008 [hosts.floorinplace]=19008
+  [plain.loop]=19009 [hosts.loop]=19009
   [plain.haproxy]=19005 [tls.haproxy]=19015 [hosts.haproxy]=19035
   [plain.caddy]=19006 [tls.caddy]=19016 [hosts.caddy]=19036
 )
@@ -71,6 +73,11 @@ fi
 if [[ " ${peers} " == *" floorinplace "* ]]; then
   "${work}/floor" -listen 127.0.0.1:19008 -backend 127.0.0.1:19001 -work -inplace -hosts "${nhosts}" & pids+=($!)
   cpu_pids[floorinplace]=$!
+fi
+
+if [[ " ${peers} " == *" loop "* ]]; then
+  "${work}/proxy" -listen 127.0.0.1:19009 -backend http://127.0.0.1:19001 -hosts "${nhosts}" -engine loop & pids+=($!)
+  cpu_pids[loop]=$!
 fi
 
 if [[ " ${peers} " == *" nginx "* ]]; then

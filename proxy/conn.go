@@ -137,7 +137,7 @@ func (c *idleConn) Close() error {
 	if !first {
 		return nil
 	}
-	if tc, ok := c.Conn.(*net.TCPConn); ok && c.linger > 0 && tc.CloseWrite() == nil {
+	if tc, ok := c.Conn.(halfCloser); ok && c.linger > 0 && tc.CloseWrite() == nil {
 		go func() {
 			_ = tc.SetReadDeadline(time.Now().Add(c.linger))
 			_, _ = io.CopyN(io.Discard, tc, lingerMax)
@@ -146,6 +146,13 @@ func (c *idleConn) Close() error {
 		return nil
 	}
 	return c.closeNow()
+}
+
+// halfCloser is a connection whose write side closes alone: a TCP connection, or one
+// the loop engine handed over with the bytes it had read (prefixConn).
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
 }
 
 func (c *idleConn) closeNow() error {

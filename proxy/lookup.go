@@ -179,19 +179,8 @@ func (c *Chain) Lookup(ctx context.Context, host []byte) (*CachedRoute, Outcome)
 // LookupAt is Lookup with the current time given (in Unix nanoseconds), for callers
 // that already read the clock.
 func (c *Chain) LookupAt(ctx context.Context, host []byte, now int64) (*CachedRoute, Outcome) {
-	if e := c.cache.get(host); e != nil {
-		if now < e.expires {
-			if now >= e.refreshAt && e.refreshing.CompareAndSwap(false, true) {
-				go c.refresh(string(host))
-			}
-			if e.stale {
-				return e.route, OutcomeStale
-			}
-			return e.route, OutcomeHit
-		}
-	}
-	if c.negative.has(host, now) {
-		return nil, OutcomeNotFound
+	if route, outcome, ok := c.cached(host, now); ok {
+		return route, outcome
 	}
 	v, _, _ := c.flight.Do(string(host), func() (any, error) {
 		r, o := c.resolve(ctx, string(host))
@@ -199,6 +188,26 @@ func (c *Chain) LookupAt(ctx context.Context, host []byte, now int64) (*CachedRo
 	})
 	res := v.(result)
 	return res.route, res.outcome
+}
+
+// cached answers a lookup from the in-process caches alone, without waiting: ok is
+// false when the layers must be asked (LookupAt does).
+func (c *Chain) cached(host []byte, now int64) (*CachedRoute, Outcome, bool) {
+	if e := c.cache.get(host); e != nil {
+		if now < e.expires {
+			if now >= e.refreshAt && e.refreshing.CompareAndSwap(false, true) {
+				go c.refresh(string(host))
+			}
+			if e.stale {
+				return e.route, OutcomeStale, true
+			}
+			return e.route, OutcomeHit, true
+		}
+	}
+	if c.negative.has(host, now) {
+		return nil, OutcomeNotFound, true
+	}
+	return nil, 0, false
 }
 
 type result struct {

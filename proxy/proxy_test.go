@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,6 +58,10 @@ func backend(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
 	return srv, &hits
 }
 
+// testEngine is the engine the tests serve the proxy with (TENANTROUTE_PROXY_ENGINE:
+// fasthttp, the default, or loop): make test runs the suite with each.
+var testEngine = os.Getenv("TENANTROUTE_PROXY_ENGINE")
+
 type testProxy struct {
 	p      *Proxy
 	url    string
@@ -76,9 +82,17 @@ func serveProxy(t testing.TB, p *Proxy) *testProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := p.newServer()
-	go func() { _ = srv.Serve(p.Listener(ln)) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	if testEngine == EngineLoop {
+		p.opts.Engine = EngineLoop
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
+		t.Cleanup(func() { p.StopNow(); cancel(); <-done })
+	} else {
+		srv := p.newServer()
+		go func() { _ = srv.Serve(p.Listener(ln)) }()
+		t.Cleanup(func() { _ = srv.Shutdown() })
+	}
 	return &testProxy{p: p, url: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second}}
 }
 

@@ -75,9 +75,19 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.newServer().Serve(p.List
 // ends, then drains both.
 func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	srv := p.newServer()
+	errs := make(chan error, 3)
+	var engine *loopEngine
+	if p.opts.Engine == EngineLoop && p.tls == nil {
+		handoff := newHandoffListener(p, srv, ln.Addr())
+		var err error
+		if engine, err = startLoopEngine(p, srv, ln, handoff); err != nil {
+			return err
+		}
+		go func() { errs <- srv.Serve(handoff) }()
+	} else {
+		go func() { errs <- srv.Serve(p.Listener(ln)) }()
+	}
 	p.serving.Store(true) // the listeners are bound: connections wait in their backlog
-	errs := make(chan error, 2)
-	go func() { errs <- srv.Serve(p.Listener(ln)) }()
 	if p.tls != nil && tln != nil {
 		p.tls.Certificates.Listening(ln.Addr(), tln.Addr())
 		go p.tls.Certificates.Run(ctx)
@@ -89,10 +99,10 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 	case err := <-errs:
 		// One listener failed: the process must end (and restart) rather than serve on
 		// the other alone; what is in flight gets the same grace as on shutdown.
-		p.drain(srv, 0)
+		p.drain(srv, engine, 0)
 		return err
 	case <-ctx.Done():
-		p.drain(srv, p.opts.ShutdownDelay)
+		p.drain(srv, engine, p.opts.ShutdownDelay)
 		return nil
 	}
 }
@@ -103,7 +113,7 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 // idle connections close, and requests, streams and tunnels in flight get
 // ShutdownTimeout to finish, tunnels with a close frame to both their ends. What is
 // left then is cut.
-func (p *Proxy) drain(srv *fasthttp.Server, delay time.Duration) {
+func (p *Proxy) drain(srv *fasthttp.Server, engine *loopEngine, delay time.Duration) {
 	p.draining.Store(true)
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -116,7 +126,18 @@ func (p *Proxy) drain(srv *fasthttp.Server, delay time.Duration) {
 	shutdown, cancel := context.WithTimeout(context.Background(), p.opts.ShutdownTimeout)
 	defer cancel()
 	p.handed.goAway()
-	_ = srv.ShutdownWithContext(shutdown)
+	if engine == nil {
+		_ = srv.ShutdownWithContext(shutdown)
+		p.handed.wait(shutdown)
+		return
+	}
+	// The loops stop accepting with the server; what they serve, and what they hand
+	// over meanwhile, is waited for as the server's own.
+	engine.stopAccepting()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = srv.ShutdownWithContext(shutdown) }()
+	engine.wait(shutdown)
+	<-stopped
 	p.handed.wait(shutdown)
 }
 

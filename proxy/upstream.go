@@ -31,6 +31,13 @@ type upstream struct {
 	// Options.MaxConnsPerTenant; a tenant holding none has no entry.
 	heldMu sync.Mutex
 	held   map[string]int
+
+	// The loop engine's: its connections to the backend, and the backend's address
+	// as it dials it (nil when it does not: TLS, a name to resolve).
+	loopConns   atomic.Int64
+	loopWaiting atomic.Int32 // requests waiting for a connection
+	loopOnce    sync.Once
+	loopAddr    any
 }
 
 // errTenantShare: the request's tenant holds its share of the backend's connections.
@@ -85,10 +92,40 @@ func (p *Proxy) upstream(rawURL string) (*upstream, error) {
 		MaxIdleConnDuration: p.opts.UpstreamIdleConnTimeout,
 		// The TLS handshake happens here, within the dial timeout, so that a backend
 		// whose TLS fails is a dial error (cool-down, next backend), not a 502.
-		Dial: func(string) (net.Conn, error) { return u.dial() },
+		Dial: func(string) (net.Conn, error) {
+			// The loop engine's connections to the backend count in its pool too
+			// (fasthttp counts the one being dialed already).
+			if !u.loopRoom() {
+				return nil, fasthttp.ErrNoFreeConns
+			}
+			return u.dial()
+		},
 	}
 	p.upstreams[rawURL] = u
 	return u, nil
+}
+
+// loopRoom waits, up to the dial timeout, until the loop engine's connections to the
+// backend leave the pool room for one more of fasthttp's (the loops close their idle
+// ones meanwhile); false if they do not.
+func (u *upstream) loopRoom() bool {
+	full := func() bool {
+		n := u.loopConns.Load()
+		return n > 0 && n+int64(u.pool.ConnsCount()) > int64(u.p.opts.MaxConnsPerBackend)
+	}
+	if !full() {
+		return true
+	}
+	u.loopWaiting.Add(1)
+	defer u.loopWaiting.Add(-1)
+	deadline := time.Now().Add(u.p.opts.DialTimeout)
+	for full() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 func (u *upstream) dialTCP() (net.Conn, error) {

@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Engines that serve the plain listener (Options.Engine).
+const (
+	// EngineFasthttp serves every connection on a goroutine of fasthttp's server.
+	EngineFasthttp = "fasthttp"
+	// EngineLoop serves plain HTTP on event loops (Linux only), handing what they do
+	// not read to fasthttp's server; see loopEngine.
+	EngineLoop = "loop"
+)
+
+// handoffListener is how the loop engine gives connections to the fasthttp server:
+// its Accept returns them. Once it is closed (the drain), a connection handed over
+// is served on a goroutine of its own, counted by the drain.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	p     *Proxy
+	srv   *fasthttp.Server
+}
+
+func newHandoffListener(p *Proxy, srv *fasthttp.Server, addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn, 1024), done: make(chan struct{}), p: p, srv: srv}
+}
+
+func (h *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.conns:
+		return c, nil
+	case <-h.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (h *handoffListener) Close() error {
+	h.once.Do(func() { close(h.done) })
+	return nil
+}
+
+func (h *handoffListener) Addr() net.Addr { return h.addr }
+
+// push hands c to the server without blocking the loop.
+func (h *handoffListener) push(c net.Conn) {
+	select {
+	case <-h.done:
+	default:
+		select {
+		case h.conns <- c:
+			return
+		default:
+		}
+	}
+	h.p.handed.begin()
+	go func() {
+		defer h.p.handed.end()
+		defer h.p.handed.take(c, nil)()
+		_ = h.srv.ServeConn(c)
+	}()
+}
+
+// prefixConn reads what the loop had read of a connection before the connection
+// itself.
+type prefixConn struct {
+	*net.TCPConn
+	pending []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.TCPConn.Read(b)
+}
+
+// begin counts a hand-over until end.
+func (h *handedOver) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.beginLocked()
+}
+
+// finishExchange reads a backend's answer that the loop engine did not, and writes it
+// to the client, as serve and roundTrip do: a stream, a body too large to read
+// whole, a chunked or close-delimited one, interim answers, and every header the
+// loop does not read (fasthttp's reader refuses what must be refused: a 502). The
+// backend connection is closed after. It reports whether the client connection may
+// carry another request.
+func (p *Proxy) finishExchange(client, backend net.Conn, u *upstream, tenant string, route *CachedRoute,
+	outcome Outcome, head, closeClient bool, start time.Time) bool {
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	released := false
+	release := func(bool) {
+		if !released {
+			released = true
+			_ = backend.Close()
+			u.give(tenant)
+		}
+	}
+	defer release(false)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(backend)
+	r, err := p.readResponseHead(br, resp, false)
+	route.observeUpstream(time.Since(start))
+	var streamed *upstreamBody
+	if err == nil {
+		_, streamed, err = p.readResponseBody(br, r, resp, head)
+	} else {
+		p.putReader(br, r)
+	}
+	if err != nil {
+		status := fasthttp.StatusBadGateway
+		if errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err) {
+			status = fasthttp.StatusGatewayTimeout
+		}
+		logBackendError(u.addr, err)
+		resp.Reset()
+		resp.SetStatusCode(status)
+		resp.Header.SetContentType("text/plain; charset=utf-8")
+		resp.SetBodyString("the backend did not answer\n")
+	} else {
+		u.downUntil.Store(0)
+		stripHopByHop(&resp.Header)
+		if streamed != nil {
+			streamed.done = release
+		}
+	}
+	if closeClient {
+		resp.SetConnectionClose()
+	}
+	observeRequest(resp.StatusCode(), outcome)
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(client)
+	if head {
+		resp.SkipBody = true
+	}
+	err = resp.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writers.Put(bw)
+	return err == nil && !closeClient && !resp.ConnectionClose()
+}

@@ -1,0 +1,20 @@
+//go:build !linux
+
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
+
+type loopEngine struct{}
+
+func startLoopEngine(*Proxy, *fasthttp.Server, net.Listener, *handoffListener) (*loopEngine, error) {
+	return nil, errors.New("the loop engine runs on Linux only")
+}
+
+func (*loopEngine) stopAccepting()       {}
+func (*loopEngine) wait(context.Context) {}
