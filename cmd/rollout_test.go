@@ -226,6 +226,9 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 		p.args = []string{"--mode=proxy", "--proxy-bind-address=" + p.addr, "--health-probe-bind-address=" + p.probe,
 			"--metrics-bind-address=0", "--lookup-url=" + lookup.URL, "--lookup-token-file=" + tokenFile,
 			"--shutdown-delay=2s", "--shutdown-timeout=15s"}
+		if engine := os.Getenv("TENANTROUTE_PROXY_ENGINE"); engine != "" {
+			p.args = append(p.args, "--proxy-engine="+engine) // make test runs it with each engine
+		}
 		p.start()
 		t.Cleanup(func() { _ = p.cmd.Process.Kill() })
 		f.proxies = append(f.proxies, p)

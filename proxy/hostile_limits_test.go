@@ -771,3 +771,40 @@ func upstreamSamples(t *testing.T, region string) uint64 {
 	}
 	return m.GetHistogram().GetSampleCount()
 }
+
+// A client that reads a large answer slowly holds its backend back rather than making
+// the proxy hold the answer: the backend writes little more than the sockets between
+// them buffer, however large the body, chunked or of declared length, and the whole
+// body arrives intact once the client reads.
+func TestASlowReaderHoldsTheBackendBack(t *testing.T) {
+	const size = 64 << 20
+	var written atomic.Int64
+	chunk := []byte(strings.Repeat("z", 32<<10))
+	url, _ := countingBackend(t, time.Minute, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/length" {
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+		}
+		for n := 0; n < size; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			written.Add(int64(len(chunk)))
+		}
+	})
+	tp := rawProxy(t, Options{}, url)
+	for _, path := range []string{"/chunked", "/length"} {
+		written.Store(0)
+		conn := tp.dial(t)
+		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: acme.example.com\r\n\r\n", path)
+		time.Sleep(time.Second) // the client reads nothing meanwhile
+		if n := written.Load(); n > 16<<20 {
+			t.Errorf("%s: the backend wrote %d MiB to a client that read nothing, want the sockets' buffers at most", path, n>>20)
+		}
+		resp, got := readResponse(t, bufio.NewReaderSize(conn, 1<<20), "GET")
+		if resp.StatusCode != 200 || len(got) != size || strings.Trim(got, "z") != "" {
+			t.Errorf("%s: %d with %d bytes, want 200 with %d", path, resp.StatusCode, len(got), size)
+		}
+		_ = conn.Close()
+	}
+}

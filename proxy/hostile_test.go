@@ -758,3 +758,24 @@ func TestARegionNamedByATenantAddsNoSeries(t *testing.T) {
 		t.Error("a region without backends has a tenantroute_proxy_upstream_duration_seconds series")
 	}
 }
+
+// A client that closes its side once its requests are sent (a half-close, as `nc -N`
+// and some HTTP/1.0 tools end what they send) still gets the answers to all it sent,
+// however slow the backend, and then the connection closes.
+func TestAHalfClosedClientIsAnswered(t *testing.T) {
+	url, _ := countingBackend(t, time.Minute, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond)
+		fmt.Fprint(w, r.URL.Path)
+	})
+	tp := rawProxy(t, Options{}, url)
+	conn, br := exchange(t, tp, "GET /1 HTTP/1.1\r\nHost: acme.example.com\r\n\r\nGET /2 HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	_ = conn.(*net.TCPConn).CloseWrite()
+	for _, want := range []string{"/1", "/2"} {
+		if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != want {
+			t.Errorf("after a half-close: %d %q, want 200 %q", resp.StatusCode, got, want)
+		}
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after the answers: %v, want the connection closed", err)
+	}
+}

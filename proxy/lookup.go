@@ -130,13 +130,24 @@ type Chain struct {
 	// invalidations counts Invalidate calls: a lookup that began before one does not
 	// cache its answer, which may be what the invalidation was about.
 	invalidations atomic.Uint64
+	// inMemory: every layer answers from memory (InMemory); the loop engine looks
+	// its misses up in place rather than on a goroutine.
+	inMemory bool
 }
+
+// InMemory is implemented by a layer that answers from memory, never waiting on the
+// network (the manager's informer cache).
+type InMemory interface{ InMemory() bool }
 
 // NewChain returns a chain over layers; the last is the source of truth.
 func NewChain(opts ChainOptions, layers ...Layer) *Chain {
 	opts.defaults()
-	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries), negative: newNegativeCache(opts.MaxNegativeEntries)}
+	c := &Chain{opts: opts, cache: newRouteCache(opts.MaxEntries), negative: newNegativeCache(opts.MaxNegativeEntries),
+		inMemory: len(layers) > 0}
 	for _, l := range layers {
+		if m, ok := l.(InMemory); !ok || !m.InMemory() {
+			c.inMemory = false
+		}
 		declareLayer(l.Name())
 		c.layers = append(c.layers, &guarded{Layer: l, breaker: gobreaker.NewCircuitBreaker[Route](gobreaker.Settings{
 			Name:        l.Name(),

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/valyala/fasthttp"
 	"net/netip"
@@ -312,13 +313,15 @@ type loopResponse struct {
 	fields     []field
 	status     int
 	length     int64 // Content-Length; -1 without one
+	chunked    bool  // Transfer-Encoding: chunked (and no Content-Length)
 	connection []byte
 	keep       bool // the backend keeps the connection
 }
 
-// readBackendResponse reads a response header the loop can forward itself: HTTP/1.1 or 1.0,
-// a final status, at most one Content-Length of digits, no Transfer-Encoding, at most
-// one Connection. false hands the exchange over.
+// readBackendResponse reads a response header the loop can forward itself: HTTP/1.1 or
+// 1.0, a final status, at most one Content-Length of digits or one Transfer-Encoding
+// of chunked alone (never both), at most one Connection. false hands the exchange
+// over.
 func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, bool) {
 	r := loopResponse{length: -1}
 	i := bytes.IndexByte(h, '\r')
@@ -345,7 +348,7 @@ func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, 
 	if r.fields, ok = splitFields(h[i+2:], fields); !ok {
 		return r, false
 	}
-	connections := 0
+	connections, encodings := 0, 0
 	for _, f := range r.fields {
 		switch {
 		case foldEqual(f.name, "content-length"):
@@ -361,13 +364,17 @@ func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, 
 			}
 			r.length = n
 		case foldEqual(f.name, "transfer-encoding"):
-			return r, false
+			if !bytes.EqualFold(f.value, []byte("chunked")) {
+				return r, false
+			}
+			r.chunked = true
+			encodings++
 		case foldEqual(f.name, "connection"):
 			r.connection = f.value
 			connections++
 		}
 	}
-	if connections > 1 {
+	if connections > 1 || encodings > 1 || (r.chunked && r.length >= 0) {
 		return r, false
 	}
 	if h[7] == '1' {
@@ -385,8 +392,8 @@ func bodyless(status int, head bool) bool {
 
 // appendClientResponse appends the answer the client gets: the backend's, in HTTP/1.1,
 // without its hop-by-hop fields, and saying Connection: close when the proxy closes
-// after it.
-func appendClientResponse(out []byte, r *loopResponse, close bool) []byte {
+// after it; chunk adds chunked framing to a body the backend delimits by closing.
+func appendClientResponse(out []byte, r *loopResponse, close, chunk bool) []byte {
 	out = append(append(out, "HTTP/1.1"...), r.first[8:]...)
 	for _, f := range r.fields {
 		if !dropped(f.name, r.connection) {
@@ -396,7 +403,150 @@ func appendClientResponse(out []byte, r *loopResponse, close bool) []byte {
 	if close {
 		out = append(out, "Connection: close\r\n"...)
 	}
+	if chunk {
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+	}
 	return append(out, "\r\n"...)
+}
+
+// chunks frames a chunked body again as it passes: the data of the backend's chunks
+// goes out in chunks of the proxy's own, without their extensions and the trailer
+// fields, as the fasthttp engine (which decodes the body and encodes it again) sends
+// it. A body framed in any other way ends the exchange: its header is out already.
+type chunks struct {
+	state uint8
+	left  int64
+	line  []byte // a size or trailer line not whole yet
+}
+
+const (
+	chunkSize = iota
+	chunkData
+	chunkDataCR
+	chunkDataLF
+	chunkTrailer
+	chunkDone
+)
+
+// maxChunkLine bounds a chunk's size line, and each trailer line.
+const maxChunkLine = 4096
+
+var errChunked = errors.New("the backend's chunked body is malformed")
+
+func (d *chunks) done() bool { return d.state == chunkDone }
+
+// feed appends to out the body's data that in carries, framed again, and says how
+// much of in was the body's.
+func (d *chunks) feed(out, in []byte) ([]byte, int, error) {
+	i := 0
+	for i < len(in) && d.state != chunkDone {
+		switch d.state {
+		case chunkSize, chunkTrailer:
+			j := bytes.IndexByte(in[i:], '\n')
+			if j < 0 {
+				if len(d.line)+len(in)-i > maxChunkLine {
+					return out, i, errChunked
+				}
+				d.line = append(d.line, in[i:]...)
+				i = len(in)
+				continue
+			}
+			line := in[i : i+j+1]
+			i += j + 1
+			if len(d.line) > 0 {
+				if len(d.line)+len(line) > maxChunkLine {
+					return out, i, errChunked
+				}
+				d.line = append(d.line, line...)
+				line = d.line
+			}
+			d.line = d.line[:0]
+			if len(line) < 2 || line[len(line)-2] != '\r' || bytes.IndexByte(line[:len(line)-2], '\r') >= 0 {
+				return out, i, errChunked
+			}
+			line = line[:len(line)-2]
+			if d.state == chunkTrailer {
+				if len(line) == 0 {
+					d.state = chunkDone
+					out = append(out, "0\r\n\r\n"...)
+				}
+				continue // a trailer field: dropped
+			}
+			size, ok := chunkSizeOf(line)
+			switch {
+			case !ok:
+				return out, i, errChunked
+			case size == 0:
+				d.state = chunkTrailer
+			default:
+				d.state, d.left = chunkData, size
+			}
+		case chunkData:
+			n := min(int64(len(in)-i), d.left)
+			out = appendChunk(out, in[i:i+int(n)])
+			i += int(n)
+			if d.left -= n; d.left == 0 {
+				d.state = chunkDataCR
+			}
+		case chunkDataCR, chunkDataLF:
+			want := byte('\r')
+			if d.state == chunkDataLF {
+				want = '\n'
+			}
+			if in[i] != want {
+				return out, i, errChunked
+			}
+			i++
+			if d.state++; d.state > chunkDataLF {
+				d.state = chunkSize
+			}
+		}
+	}
+	return out, i, nil
+}
+
+// chunkSizeOf reads a chunk's size line: hexadecimal digits, then optionally
+// whitespace and extensions, which are dropped.
+func chunkSizeOf(line []byte) (int64, bool) {
+	var n int64
+	i := 0
+	for ; i < len(line) && isHex(line[i]); i++ {
+		if i == 15 {
+			return 0, false // past what an int64 holds
+		}
+		n = n<<4 | int64(unhex(line[i]))
+	}
+	if i == 0 {
+		return 0, false
+	}
+	for _, c := range line[i:] {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return 0, false
+		}
+	}
+	if rest := bytes.TrimLeft(line[i:], " \t"); len(rest) > 0 && rest[0] != ';' {
+		return 0, false
+	}
+	return n, true
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// appendChunk appends data as one chunk.
+func appendChunk(out, data []byte) []byte {
+	if len(data) == 0 {
+		return out
+	}
+	out = strconv.AppendInt(out, int64(len(data)), 16)
+	return append(append(append(out, "\r\n"...), data...), "\r\n"...)
 }
 
 func appendLower(out, b []byte) []byte {

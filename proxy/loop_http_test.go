@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -84,7 +85,9 @@ func TestLoopReadsOnlyThePlainestAnswers(t *testing.T) {
 		{"closing", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", true, 0, false},
 		{"HTTP/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", true, 0, false},
 		{"HTTP/1.0 kept alive", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", true, 0, true},
-		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0, false},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, -1, true},
+		{"chunked twice", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0, false},
+		{"gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", false, 0, false},
 		{"two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", false, 0, false},
 		{"a length and chunked", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0, false},
 		{"a negative length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", false, 0, false},
@@ -129,5 +132,65 @@ func TestLoopRewritesAsPrepareDoes(t *testing.T) {
 		"Forwarded: for=6.6.6.6, for=192.0.2.1;host=\"acme.example.com\";proto=http\r\nX-Tenant-Id: acme\r\n\r\n"
 	if got != want {
 		t.Errorf("from a trusted proxy:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A chunked body is framed again as it passes, a byte at a time or whole: its data
+// intact, extensions and trailers gone, and any framing the fasthttp engine would not
+// read is an error.
+func TestLoopFramesChunksAgain(t *testing.T) {
+	for _, c := range []struct {
+		name, in, data string
+		rest           int // bytes past the body's end
+		err            bool
+	}{
+		{"two chunks", "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n", "hello world", 0, false},
+		{"trailers", "5\r\nhello\r\n0\r\nX-Tenant-Id: evil\r\n\r\nGET", "hello", 3, false},
+		{"upper-case hex", "A\r\n0123456789\r\n0\r\n\r\n", "0123456789", 0, false},
+		{"no size", "\r\nhello\r\n0\r\n\r\n", "", 0, true},
+		{"a negative size", "-5\r\nhello\r\n0\r\n\r\n", "", 0, true},
+		{"a size too large", "1000000000000000\r\n", "", 0, true},
+		{"data longer than its size", "3\r\nhello\r\n0\r\n\r\n", "", 0, true},
+		{"a bare LF", "5\nhello\r\n0\r\n\r\n", "", 0, true},
+		{"junk after the size", "5 x\r\nhello\r\n0\r\n\r\n", "", 0, true},
+	} {
+		for _, step := range []int{1, len(c.in)} {
+			var d chunks
+			var out []byte
+			var err error
+			took := 0
+			for i := 0; i < len(c.in) && err == nil && !d.done(); i += step {
+				var n int
+				out, n, err = d.feed(out, []byte(c.in[i:min(i+step, len(c.in))]))
+				took = i + n
+			}
+			if c.err {
+				if err == nil {
+					t.Errorf("%s (%d a time): no error", c.name, step)
+				}
+				continue
+			}
+			if err != nil || !d.done() || len(c.in)-took != c.rest {
+				t.Errorf("%s (%d a time): err %v, done %v, %d bytes left, want %d", c.name, step, err, d.done(), len(c.in)-took, c.rest)
+				continue
+			}
+			var data strings.Builder
+			var cd chunks
+			if _, _, err := cd.feed(nil, out); err != nil || !cd.done() {
+				t.Errorf("%s (%d a time): the chunks sent are not read again: %v %q", c.name, step, err, out)
+			}
+			for rest := string(out); ; {
+				var size int
+				if _, err := fmt.Sscanf(rest, "%x\r\n", &size); err != nil || size == 0 {
+					break
+				}
+				rest = rest[strings.Index(rest, "\r\n")+2:]
+				data.WriteString(rest[:size])
+				rest = rest[size+2:]
+			}
+			if data.String() != c.data || strings.Contains(string(out), "ext") || strings.Contains(string(out), "evil") {
+				t.Errorf("%s (%d a time): sent %q, want the data %q alone", c.name, step, out, c.data)
+			}
+		}
 	}
 }

@@ -100,6 +100,10 @@ type Source struct {
 // Name names the source in the proxy's metrics.
 func (Source) Name() string { return "source" }
 
+// InMemory tells the proxy that the source answers from the informers' cache, without
+// waiting on the network (proxy.InMemory).
+func (Source) InMemory() bool { return true }
+
 // Lookup returns the route of the TenantRoute granted host, or ErrNotFound. It reads
 // the cache in place: a lookup copies no object.
 func (s Source) Lookup(ctx context.Context, host string) (Route, error) {

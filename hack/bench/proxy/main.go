@@ -35,6 +35,9 @@ type static struct {
 
 func (static) Name() string { return "static" }
 
+// InMemory: the routes are in memory (proxy.InMemory).
+func (static) InMemory() bool { return true }
+
 func (s static) Lookup(_ context.Context, h string) (routes.Route, error) {
 	if _, ok := s.hosts[h]; !ok && h != host {
 		return routes.Route{}, routes.ErrNotFound

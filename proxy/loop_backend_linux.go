@@ -1,0 +1,384 @@
+//go:build linux
+
+package proxy
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
+)
+
+// A loop's backend side: a backend picked and a connection to it taken, dialed or
+// waited for; the request sent, the answer read, failures retried as serve retries
+// them; the connection kept for the next request or closed.
+
+// forward sends the request to the next backend of the route, as serve does: each
+// backend once, and one more try for a request a reused connection lost.
+func (l *loop) forward(c *lconn) {
+	ex := &c.ex
+	route := ex.route
+	for ex.attempts > 0 {
+		ex.attempts--
+		u := l.p.pick(route, ex.tried)
+		if u == nil {
+			break
+		}
+		if !u.take(route.Tenant) {
+			ex.shareRefused++
+			ex.tried = append(ex.tried, u)
+			continue
+		}
+		b, err := l.backend(u)
+		if err != nil {
+			u.give(route.Tenant)
+			if err == errPoolFull {
+				// Every connection the proxy may open to this backend is busy. As the
+				// fasthttp engine, the request waits up to DialTimeout for one (another
+				// loop closes its idle ones meanwhile); then another backend of the
+				// region may have room (none: 503).
+				if ex.waitUntil == 0 || l.now < ex.waitUntil {
+					if ex.waitUntil == 0 {
+						ex.waitUntil = l.now + int64(l.p.opts.DialTimeout)
+					}
+					ex.attempts++
+					u.loopWaiting.Add(1)
+					c.waitFor = u
+					l.waiting = append(l.waiting, c)
+					return
+				}
+				logBackendError(u.addr, fasthttp.ErrNoFreeConns)
+				ex.tried = append(ex.tried, u)
+				continue
+			}
+			if err == errNotLoopable {
+				// A backend the loop does not dial (TLS, a name to resolve) or whose
+				// connections are all taken: the fasthttp engine sends this request
+				// (again, if a connection lost it: it is a GET or a HEAD).
+				l.handOff(c)
+				return
+			}
+			u.coolDown()
+			ex.tried = append(ex.tried, u)
+			continue
+		}
+		b.peer, c.peer, b.tenant = c, b, route.Tenant
+		if b.connecting {
+			b.deadline = l.now + int64(l.p.opts.DialTimeout)
+			return
+		}
+		l.send(b)
+		return
+	}
+	if ex.lastErr != nil {
+		status := fasthttp.StatusBadGateway
+		if isTimeout(ex.lastErr) {
+			status = fasthttp.StatusGatewayTimeout
+		}
+		logBackendError(ex.lastBackend.addr, ex.lastErr)
+		l.answer(c, status, ex.outcome, "the backend did not answer\n", false)
+		return
+	}
+	if ex.shareRefused > 0 && ex.shareRefused == len(l.p.upstreamsOf(route)) {
+		tenantShareFull.Inc()
+		logTenantShareFull(route)
+		l.answer(c, fasthttp.StatusServiceUnavailable, ex.outcome, "this site has as many requests in progress as it may; try again shortly\n", true)
+		return
+	}
+	l.answer(c, fasthttp.StatusServiceUnavailable, ex.outcome, "no backend of region "+route.Region+" is available\n", true)
+}
+
+var (
+	errNotLoopable = errors.New("the loop engine does not dial this backend")
+	errPoolFull    = errors.New("every connection the proxy may open to the backend is busy")
+)
+
+// backend returns an idle connection to u, or one being opened.
+func (l *loop) backend(u *upstream) (*lconn, error) {
+	if idle := l.idle[u]; len(idle) > 0 {
+		b := idle[len(idle)-1]
+		l.idle[u] = idle[:len(idle)-1]
+		b.deadline = 0
+		return b, nil
+	}
+	sa := u.sockaddr()
+	if sa == nil {
+		return nil, errNotLoopable
+	}
+	if u.loopConns.Load()+int64(u.pool.ConnsCount()) >= int64(l.p.opts.MaxConnsPerBackend) {
+		return nil, errPoolFull
+	}
+	family := unix.AF_INET
+	if _, ok := sa.(*unix.SockaddrInet6); ok {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", err)}
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	err = unix.Connect(fd, sa)
+	if err != nil && err != unix.EINPROGRESS {
+		_ = unix.Close(fd)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}
+	}
+	b := &lconn{fd: fd, u: u, connecting: err != nil}
+	events := uint32(unix.EPOLLIN)
+	if b.connecting {
+		events |= unix.EPOLLOUT
+	}
+	if err := l.watch(b, events); err != nil {
+		delete(l.conns, fd)
+		_ = unix.Close(fd)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+	}
+	u.loopConns.Add(1)
+	return b, nil
+}
+
+// send writes the request to its backend.
+func (l *loop) send(b *lconn) {
+	b.deadline = l.now + int64(l.p.opts.UpstreamTimeout)
+	if err := l.write(b, b.peer.ex.req); err != nil {
+		l.backendFailed(b, err)
+	}
+}
+
+func (l *loop) readBackend(b *lconn, n int, err error) {
+	c := b.peer
+	if c == nil {
+		l.closeBackend(b) // an idle connection its backend closed, or bytes nobody asked for
+		return
+	}
+	if n <= 0 || err != nil {
+		if err == nil {
+			err = errBackendClosed
+		}
+		if c.streaming {
+			l.streamEnded(c, b, err)
+			return
+		}
+		l.backendFailed(b, err)
+		return
+	}
+	b.deadline = l.now + int64(l.p.opts.UpstreamTimeout)
+	if c.streaming {
+		l.pass(c, b, l.out[:0], l.buf[:n])
+		return
+	}
+	b.in = append(b.in, l.buf[:n]...)
+	l.answerFrom(b)
+}
+
+var errBackendClosed = errors.New("the backend closed the connection")
+
+// answerFrom forwards the backend's answer once it is whole.
+func (l *loop) answerFrom(b *lconn) {
+	c := b.peer
+	ex := &c.ex
+	end, next, plain := headerEnd(b.in, b.scanned)
+	b.scanned = next
+	if !plain {
+		l.handOffExchange(c, b)
+		return
+	}
+	if end < 0 {
+		if len(b.in) > l.p.opts.MaxResponseHeaderBytes {
+			l.closeBackend(b)
+			ex.lastErr, ex.lastBackend = errHeaderTooLarge, b.u
+			ex.attempts = 0
+			l.forward(c)
+		}
+		return
+	}
+	r, ok := readBackendResponse(b.in[:end], &l.fields)
+	if !ok || end > l.p.opts.MaxResponseHeaderBytes {
+		l.handOffExchange(c, b)
+		return
+	}
+	size := r.length
+	if bodyless(r.status, ex.head) {
+		size = 0
+	}
+	if size < 0 || size > smallBody {
+		l.startStream(c, b, &r, end)
+		return
+	}
+	if len(b.in) < end+int(size) {
+		return
+	}
+	ex.route.observeUpstream(time.Duration(l.now - ex.start.UnixNano()))
+	b.u.downUntil.Store(0)
+	closeClient := ex.close || l.stopping || l.p.draining.Load()
+	out := appendClientResponse(l.out[:0], &r, closeClient, false)
+	out = append(out, b.in[end:end+int(size)]...)
+	l.out = out[:0]
+	observeRequest(r.status, ex.outcome)
+	l.releaseBackend(b, r.keep && len(b.in) == end+int(size))
+	l.respond(c, out, closeClient)
+}
+
+// backendFailed ends an exchange whose backend connection failed before its answer
+// was whole, as serve does: another backend after a failed dial, the same request
+// again after a reused connection lost it, a 502 or 504 otherwise.
+func (l *loop) backendFailed(b *lconn, err error) {
+	c := b.peer
+	if c != nil && c.streaming {
+		l.streamEnded(c, b, err)
+		return
+	}
+	nothing, reused, dial := len(b.in) == 0, b.reused, b.connecting || isDialError(err)
+	u := b.u
+	l.closeBackend(b)
+	if c == nil {
+		return
+	}
+	c.peer = nil
+	ex := &c.ex
+	switch {
+	case dial:
+		u.coolDown()
+		ex.tried = append(ex.tried, u)
+	case nothing && reused && ex.replayable:
+		ex.lastErr, ex.lastBackend = err, u
+	default:
+		ex.lastErr, ex.lastBackend = err, u
+		ex.attempts = 0
+	}
+	l.forward(c)
+}
+
+// releaseBackend ends b's part in an exchange: back to the idle connections, or
+// closed.
+func (l *loop) releaseBackend(b *lconn, keep bool) {
+	b.u.give(b.tenant)
+	b.peer.peer = nil
+	b.peer, b.tenant = nil, ""
+	if !keep || l.stopping || len(b.out) > 0 {
+		l.closeBackendOnly(b)
+		return
+	}
+	if b.u.loopWaiting.Load() > 0 {
+		// A request waits for a connection to this backend, maybe on another loop:
+		// this one is given up rather than kept idle.
+		l.closeBackendOnly(b)
+		l.retryWaiting()
+		return
+	}
+	b.in, b.scanned, b.reused = b.in[:0], 0, true
+	b.deadline = l.now + int64(l.p.opts.UpstreamIdleConnTimeout)
+	l.idle[b.u] = append(l.idle[b.u], b)
+}
+
+// closeBackend closes b, giving back what its exchange held.
+func (l *loop) closeBackend(b *lconn) {
+	if b.closed {
+		return
+	}
+	if b.peer != nil {
+		b.u.give(b.tenant)
+		b.peer.peer = nil
+	}
+	l.closeBackendOnly(b)
+}
+
+func (l *loop) closeBackendOnly(b *lconn) {
+	if b.closed {
+		return
+	}
+	if b.peer == nil {
+		idle := l.idle[b.u]
+		for i, x := range idle {
+			if x == b {
+				l.idle[b.u] = append(idle[:i], idle[i+1:]...)
+				break
+			}
+		}
+	}
+	l.forget(b)
+	_ = unix.Close(b.fd)
+	b.u.loopConns.Add(-1)
+}
+
+// handOffExchange finishes the exchange of c and b on a goroutine, through the
+// fasthttp engine's reading and writing of answers; the client connection is then
+// served by the fasthttp server.
+func (l *loop) handOffExchange(c, b *lconn) {
+	ex := c.ex
+	pipelined := append([]byte(nil), c.in[ex.reqLen:]...)
+	c.in = pipelined
+	c.peer, b.peer = nil, nil
+	u, tenant := b.u, b.tenant
+	closeClient := ex.close || l.stopping || l.p.draining.Load()
+	bc, err := l.detach(b)
+	u.loopConns.Add(-1)
+	if err != nil {
+		u.give(tenant)
+		l.closeClient(c)
+		return
+	}
+	cc, err := l.detach(c)
+	if err != nil {
+		l.p.limits.release(c.ip)
+		u.give(tenant)
+		_ = bc.Close()
+		return
+	}
+	client := newIdleConn(cc, l.p.opts.ClientReadTimeout, l.p.opts.ClientWriteTimeout, func() { l.p.limits.release(c.ip) })
+	client.linger = lingerTimeout
+	backend := newIdleConn(bc, l.p.opts.UpstreamTimeout, l.p.opts.UpstreamTimeout, nil)
+	l.p.handed.begin()
+	go func() {
+		defer l.p.handed.end()
+		if l.p.finishExchange(client, backend, u, tenant, ex.route, ex.outcome, ex.head, closeClient, ex.start) {
+			l.e.handoff.push(client)
+		} else {
+			_ = client.Close()
+		}
+	}()
+}
+
+// retryWaiting tries again the requests waiting for a connection to a full pool.
+func (l *loop) retryWaiting() {
+	if len(l.waiting) == 0 {
+		return
+	}
+	waiting := l.waiting
+	l.waiting = nil
+	for _, c := range waiting {
+		u := c.waitFor
+		c.waitFor = nil
+		u.loopWaiting.Add(-1)
+		if !c.closed {
+			l.forward(c)
+		}
+	}
+}
+
+// errUpstreamTimeout: the backend did not answer within UpstreamTimeout.
+var errUpstreamTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+// sockaddr is the backend's address as the loop dials it: nil for a backend it does
+// not (TLS, a name to resolve).
+func (u *upstream) sockaddr() unix.Sockaddr {
+	u.loopOnce.Do(func() {
+		if u.tls != nil {
+			return
+		}
+		ap, err := netip.ParseAddrPort(u.addr)
+		if err != nil {
+			return
+		}
+		if a := ap.Addr().Unmap(); a.Is4() {
+			u.loopAddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+		} else {
+			u.loopAddr = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
+		}
+	})
+	sa, _ := u.loopAddr.(unix.Sockaddr)
+	return sa
+}
