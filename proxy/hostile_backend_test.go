@@ -508,3 +508,60 @@ func TestBackendFailingDuringAnUploadIsABadGateway(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// A request that times out on a reused connection is not sent again: the backend may
+// be working on it. Only a connection closed before any answer loses a request that a
+// retry may repeat (as Go's Transport has it).
+func TestATimeoutOnAReusedConnectionIsNotRetried(t *testing.T) {
+	var slow atomic.Int32
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			r, err := readReq(br)
+			if err != nil {
+				return
+			}
+			if r.URL.Path == "/slow" {
+				slow.Add(1)
+				time.Sleep(2 * time.Second)
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{UpstreamTimeout: 300 * time.Millisecond}, b.URL)
+	conn, br := exchange(t, tp, "GET /warm HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != 200 {
+		t.Fatalf("warming the connection: %d", resp.StatusCode)
+	}
+	fmt.Fprint(conn, "GET /slow HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusGatewayTimeout {
+		t.Errorf("a request its backend did not answer in time: %d, want 504", resp.StatusCode)
+	}
+	if n := slow.Load(); n != 1 {
+		t.Errorf("the backend was sent the request %d times, want once", n)
+	}
+}
+
+// A backend that sends its answer's header and then its body in a write of its own
+// (a body of no line feed, as minified JSON) is answered at once, whole.
+func TestABodyAfterItsAnswersHeaderIsForwarded(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n")
+			time.Sleep(50 * time.Millisecond)
+			fmt.Fprint(c, `{"a":"hello"}`)
+		}
+	})
+	tp := rawProxy(t, Options{UpstreamTimeout: 5 * time.Second}, b.URL)
+	_, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	start := time.Now()
+	if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != `{"a":"hello"}` {
+		t.Errorf("%d %q, want 200 with the body", resp.StatusCode, got)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("answered after %s", took.Round(time.Millisecond))
+	}
+}

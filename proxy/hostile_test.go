@@ -779,3 +779,48 @@ func TestAHalfClosedClientIsAnswered(t *testing.T) {
 		t.Errorf("after the answers: %v, want the connection closed", err)
 	}
 }
+
+// A field spelled like a framing field with an underscore (Content_Length) frames
+// nothing, for the proxy as for fasthttp and the backends: the bytes after the header
+// are the client's next request, which gets the proxy's own headers like any other.
+// Read as a length, they would reach the backend as a body it does not frame: a
+// second request, smuggled past the tenant header.
+func TestUnderscoredFramingFieldsFrameNothing(t *testing.T) {
+	rec := newRecorder(t, nil)
+	tp := rawProxy(t, Options{}, rec.URL)
+	second := "GET /second HTTP/1.1\r\nHost: acme.example.com\r\nX-Tenant-Id: victim\r\n\r\n"
+	_, br := exchange(t, tp, fmt.Sprintf("GET /first HTTP/1.1\r\nHost: acme.example.com\r\nContent_Length: %d\r\n\r\n%s", len(second), second))
+	for range 2 {
+		if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != "ok" || resp.Header.Get("X-Seen-Tenant") != "acme" {
+			t.Errorf("%d %q, tenant %q: want 200 from the backend, for acme", resp.StatusCode, got, resp.Header.Get("X-Seen-Tenant"))
+		}
+	}
+	seen := rec.requests()
+	if len(seen) != 2 || seen[0].Path != "/first" || seen[1].Path != "/second" || seen[0].BodyLen != 0 {
+		t.Errorf("the backend saw %d requests, want /first without a body and /second: %+v", len(seen), seen)
+	}
+	checkTenant(t, seen)
+}
+
+// A small body that comes in a read of its own, after the header (as clients send a
+// POST's body in a segment of its own), is read and forwarded; so is one that comes a
+// byte at a time.
+func TestABodyAfterItsHeaderIsForwarded(t *testing.T) {
+	url, _ := countingBackend(t, time.Minute, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s", b)
+	})
+	tp := rawProxy(t, Options{ClientHeaderTimeout: 5 * time.Second, ClientReadTimeout: 5 * time.Second}, url)
+	for _, step := range []int{13, 1} {
+		conn := tp.dial(t)
+		fmt.Fprint(conn, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 13\r\n\r\n")
+		body := `{"a":"hello"}`
+		for i := 0; i < len(body); i += step {
+			time.Sleep(20 * time.Millisecond)
+			_, _ = io.WriteString(conn, body[i:min(i+step, len(body))])
+		}
+		if resp, got := readResponse(t, bufio.NewReader(conn), "POST"); resp.StatusCode != 200 || got != body {
+			t.Errorf("a body %d bytes a write after its header: %d %q, want 200 %q", step, resp.StatusCode, got, body)
+		}
+	}
+}

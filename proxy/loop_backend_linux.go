@@ -33,7 +33,7 @@ func (l *loop) forward(c *lconn) {
 			ex.tried = append(ex.tried, u)
 			continue
 		}
-		b, err := l.backend(u)
+		b, err := l.backend(u, ex.replayable)
 		if err != nil {
 			u.give(route.Tenant)
 			if err == errPoolFull {
@@ -56,15 +56,19 @@ func (l *loop) forward(c *lconn) {
 				continue
 			}
 			if err == errNotLoopable {
-				// A backend the loop does not dial (TLS, a name to resolve) or whose
-				// connections are all taken: the fasthttp engine sends this request
-				// (again, if a connection lost it: it is a GET or a HEAD).
+				// A backend the loop does not dial (TLS, a name to resolve): the
+				// fasthttp engine sends this request (again, if a connection lost it:
+				// it is replayable), and counts its lookup.
 				l.handOff(c)
 				return
 			}
 			u.coolDown()
 			ex.tried = append(ex.tried, u)
 			continue
+		}
+		if !ex.observed {
+			observeLookup(ex.outcome)
+			ex.observed = true
 		}
 		b.peer, c.peer, b.tenant = c, b, route.Tenant
 		if b.connecting {
@@ -73,6 +77,10 @@ func (l *loop) forward(c *lconn) {
 		}
 		l.send(b)
 		return
+	}
+	if !ex.observed {
+		observeLookup(ex.outcome)
+		ex.observed = true
 	}
 	if ex.lastErr != nil {
 		status := fasthttp.StatusBadGateway
@@ -92,16 +100,31 @@ func (l *loop) forward(c *lconn) {
 	l.answer(c, fasthttp.StatusServiceUnavailable, ex.outcome, "no backend of region "+route.Region+" is available\n", true)
 }
 
+// quiet reports a connection with nothing to read and no end read: a 1-byte peek
+// that would block.
+func quiet(fd int) bool {
+	var b [1]byte
+	_, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err == unix.EAGAIN
+}
+
 var (
 	errNotLoopable = errors.New("the loop engine does not dial this backend")
 	errPoolFull    = errors.New("every connection the proxy may open to the backend is busy")
 )
 
-// backend returns an idle connection to u, or one being opened.
-func (l *loop) backend(u *upstream) (*lconn, error) {
-	if idle := l.idle[u]; len(idle) > 0 {
+// backend returns an idle connection to u, or one being opened. For a request that
+// cannot be sent again, an idle connection is first checked for its backend's close
+// (as the fasthttp engine checks every one): its close may be in this round's events
+// still.
+func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
+	for idle := l.idle[u]; len(idle) > 0; idle = l.idle[u] {
 		b := idle[len(idle)-1]
 		l.idle[u] = idle[:len(idle)-1]
+		if !replayable && !quiet(b.fd) {
+			l.closeBackendOnly(b)
+			continue
+		}
 		b.deadline = 0
 		return b, nil
 	}
@@ -180,11 +203,18 @@ var errBackendClosed = errors.New("the backend closed the connection")
 func (l *loop) answerFrom(b *lconn) {
 	c := b.peer
 	ex := &c.ex
-	end, next, plain := headerEnd(b.in, b.scanned)
-	b.scanned = next
-	if !plain {
-		l.handOffExchange(c, b)
-		return
+	// A header whose body is still coming was found before: the body's bytes are no
+	// header's end to look for.
+	end := b.headerEnd
+	if end == 0 {
+		var next int
+		var plain bool
+		end, next, plain = headerEnd(b.in, b.scanned)
+		b.scanned = next
+		if !plain {
+			l.handOffExchange(c, b)
+			return
+		}
 	}
 	if end < 0 {
 		if len(b.in) > l.p.opts.MaxResponseHeaderBytes {
@@ -209,6 +239,7 @@ func (l *loop) answerFrom(b *lconn) {
 		return
 	}
 	if len(b.in) < end+int(size) {
+		b.headerEnd = end
 		return
 	}
 	ex.route.observeUpstream(time.Duration(l.now - ex.start.UnixNano()))
@@ -243,7 +274,9 @@ func (l *loop) backendFailed(b *lconn, err error) {
 	case dial:
 		u.coolDown()
 		ex.tried = append(ex.tried, u)
-	case nothing && reused && ex.replayable:
+	case nothing && reused && ex.replayable && err == errBackendClosed:
+		// Closed as the request went out, as the fasthttp engine tells it (io.EOF
+		// before any byte): a reset, a failed write or a timeout is not sent again.
 		ex.lastErr, ex.lastBackend = err, u
 	default:
 		ex.lastErr, ex.lastBackend = err, u
@@ -265,11 +298,12 @@ func (l *loop) releaseBackend(b *lconn, keep bool) {
 	if b.u.loopWaiting.Load() > 0 {
 		// A request waits for a connection to this backend, maybe on another loop:
 		// this one is given up rather than kept idle.
+		// (The waiting request is tried again at the next sweep, not from here: the
+		// answer being written is in the loop's buffer still.)
 		l.closeBackendOnly(b)
-		l.retryWaiting()
 		return
 	}
-	b.in, b.scanned, b.reused = b.in[:0], 0, true
+	b.in, b.scanned, b.headerEnd, b.reused = b.in[:0], 0, 0, true
 	b.deadline = l.now + int64(l.p.opts.UpstreamIdleConnTimeout)
 	l.idle[b.u] = append(l.idle[b.u], b)
 }
@@ -314,9 +348,10 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	c.peer, b.peer = nil, nil
 	u, tenant := b.u, b.tenant
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
+	// The backend connection counts in loopConns until finishExchange closes it.
 	bc, err := l.detach(b)
-	u.loopConns.Add(-1)
 	if err != nil {
+		u.loopConns.Add(-1)
 		u.give(tenant)
 		l.closeClient(c)
 		return
@@ -324,6 +359,7 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	cc, err := l.detach(c)
 	if err != nil {
 		l.p.limits.release(c.ip)
+		u.loopConns.Add(-1)
 		u.give(tenant)
 		_ = bc.Close()
 		return
@@ -334,6 +370,9 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	l.p.handed.begin()
 	go func() {
 		defer l.p.handed.end()
+		// Tracked, so that a drain that runs out of time closes them.
+		defer l.p.handed.take(backend, nil)()
+		defer l.p.handed.take(client, nil)()
 		if l.p.finishExchange(client, backend, u, tenant, ex.route, ex.outcome, ex.head, closeClient, ex.start) {
 			l.e.handoff.push(client)
 		} else {

@@ -19,6 +19,11 @@ import (
 // answer written and the connection kept, closed or handed to fasthttp.
 
 func (l *loop) readClient(c *lconn, n int, err error) {
+	if c.eof {
+		// Its reads are off since its half-close: only a failure (a reset) wakes it.
+		l.closeClient(c)
+		return
+	}
 	if n == 0 && err == nil && !c.lingering && (c.busy || len(c.out) > 0) {
 		// The client closed its side with a request in flight (a half-close, as
 		// some clients end what they send): it may still read, and is answered, as
@@ -58,11 +63,23 @@ func (l *loop) next(c *lconn) {
 	if c.busy || c.closed || c.closeAfter || len(c.out) > 0 || len(c.in) == 0 {
 		return
 	}
-	end, next, plain := headerEnd(c.in, c.scanned)
-	c.scanned = next
-	if !plain {
-		l.handOff(c)
-		return
+	if c.events&unix.EPOLLIN == 0 && !c.eof {
+		// Reads were held back while an answer was out (pipelining): what is left of
+		// this request must be read.
+		l.interest(c, c.events|unix.EPOLLIN)
+	}
+	// A header whose body is still coming was found before: the body's bytes are no
+	// header's end to look for (one without a line feed would never end it).
+	end := c.headerEnd
+	if end == 0 {
+		var next int
+		var plain bool
+		end, next, plain = headerEnd(c.in, c.scanned)
+		c.scanned = next
+		if !plain {
+			l.handOff(c)
+			return
+		}
 	}
 	if end < 0 {
 		if len(c.in) >= l.p.opts.MaxRequestHeaderBytes {
@@ -86,8 +103,7 @@ func (l *loop) next(c *lconn) {
 	if len(c.in) < end+r.length {
 		// The body is not all in: bounded between reads from now on, not by the
 		// header's deadline.
-		c.inHeader = false
-		c.inBody = true
+		c.inHeader, c.inBody, c.headerEnd = false, true, end
 		c.deadline = l.now + int64(l.p.opts.ClientReadTimeout)
 		return
 	}
@@ -97,7 +113,7 @@ func (l *loop) next(c *lconn) {
 		l.handOff(c) // fasthttp answers 400
 		return
 	}
-	c.busy, c.inHeader, c.inBody, c.deadline, c.scanned = true, false, false, 0, 0
+	c.busy, c.inHeader, c.inBody, c.deadline, c.scanned, c.headerEnd = true, false, false, 0, 0, 0
 	ex := &c.ex
 	*ex = loopExchange{req: ex.req[:0], headerLen: end, reqLen: end + r.length, head: r.head, close: r.close,
 		replayable: r.replayable, start: time.Unix(0, l.now)}
@@ -127,12 +143,13 @@ func (l *loop) lookUp(c *lconn, host string) {
 }
 
 func (l *loop) routed(c *lconn, route *CachedRoute, outcome Outcome) {
-	observeLookup(outcome)
 	switch outcome {
 	case OutcomeNotFound:
+		observeLookup(outcome)
 		l.answer(c, fasthttp.StatusNotFound, outcome, "no tenant is served at this host\n", false)
 		return
 	case OutcomeError:
+		observeLookup(outcome)
 		l.answer(c, fasthttp.StatusServiceUnavailable, outcome, "the route of this host cannot be looked up right now\n", true)
 		return
 	}
@@ -180,7 +197,7 @@ func (l *loop) respond(c *lconn, out []byte, closeAfter bool) {
 // read again.
 func (l *loop) beginAnswer(c *lconn, closeAfter bool) {
 	c.in = c.in[:copy(c.in, c.in[c.ex.reqLen:])]
-	c.closeAfter = closeAfter
+	c.closeAfter, c.served = closeAfter, true
 	if c.events&unix.EPOLLIN == 0 && !c.eof {
 		l.interest(c, c.events|unix.EPOLLIN)
 	}

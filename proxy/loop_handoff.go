@@ -26,9 +26,12 @@ type handoffListener struct {
 	addr  net.Addr
 	conns chan net.Conn
 	done  chan struct{}
-	once  sync.Once
 	p     *Proxy
 	srv   *fasthttp.Server
+	// mu orders push with Close: a connection queued is either accepted or, once
+	// the listener closed, served on a goroutine of its own; none is left behind.
+	mu     sync.Mutex
+	closed bool
 }
 
 func newHandoffListener(p *Proxy, srv *fasthttp.Server, addr net.Addr) *handoffListener {
@@ -45,23 +48,42 @@ func (h *handoffListener) Accept() (net.Conn, error) {
 }
 
 func (h *handoffListener) Close() error {
-	h.once.Do(func() { close(h.done) })
-	return nil
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	close(h.done)
+	for {
+		select {
+		case c := <-h.conns:
+			h.serveLate(c)
+		default:
+			return nil
+		}
+	}
 }
 
 func (h *handoffListener) Addr() net.Addr { return h.addr }
 
 // push hands c to the server without blocking the loop.
 func (h *handoffListener) push(c net.Conn) {
-	select {
-	case <-h.done:
-	default:
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
 		select {
 		case h.conns <- c:
 			return
 		default:
 		}
 	}
+	h.serveLate(c)
+}
+
+// serveLate serves c on a goroutine of its own: the listener is closed, or its queue
+// is full.
+func (h *handoffListener) serveLate(c net.Conn) {
 	h.p.handed.begin()
 	go func() {
 		defer h.p.handed.end()
@@ -108,6 +130,7 @@ func (p *Proxy) finishExchange(client, backend net.Conn, u *upstream, tenant str
 		if !released {
 			released = true
 			_ = backend.Close()
+			u.loopConns.Add(-1) // the loop engine's connection, counted until here
 			u.give(tenant)
 		}
 	}

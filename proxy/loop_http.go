@@ -81,6 +81,25 @@ func splitFields(h []byte, fields *[maxLoopFields]field) ([]field, bool) {
 	return fields[:n], len(h) == 2
 }
 
+// nameIs compares a field name with a lower-case name, ignoring case only: a
+// framing or hop-by-hop field is matched as fasthttp and backends match it, never by
+// foldEqual's '_' for '-' (Content_Length is no length to them; read as one here, it
+// would frame a body they do not see, and smuggle the bytes after it).
+func nameIs(name []byte, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i, c := range name {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // tokenChars are the bytes of a header name (RFC 9110 5.6.2).
 var tokenChars = func() (t [256]bool) {
 	for c := 'a'; c <= 'z'; c++ {
@@ -124,8 +143,8 @@ type loopRequest struct {
 func readClientRequest(h []byte, fields *[maxLoopFields]field) (loopRequest, bool) {
 	var r loopRequest
 	i := bytes.IndexByte(h, '\r')
-	if i < 0 {
-		return r, false
+	if i < 0 || i+1 == len(h) || h[i+1] != '\n' {
+		return r, false // a CR alone ends no line here: fasthttp refuses the request
 	}
 	r.first = h[:i+2]
 	line := h[:i]
@@ -154,13 +173,13 @@ func readClientRequest(h []byte, fields *[maxLoopFields]field) (loopRequest, boo
 	hosts, connections, lengths := 0, 0, 0
 	for _, f := range r.fields {
 		switch {
-		case foldEqual(f.name, "host"):
+		case nameIs(f.name, "host"):
 			r.host = f.value
 			hosts++
-		case foldEqual(f.name, "connection"):
+		case nameIs(f.name, "connection"):
 			r.connection = f.value
 			connections++
-		case foldEqual(f.name, "content-length"):
+		case nameIs(f.name, "content-length"):
 			if lengths++; len(f.value) == 0 || len(f.value) > 5 {
 				return r, false
 			}
@@ -170,11 +189,11 @@ func readClientRequest(h []byte, fields *[maxLoopFields]field) (loopRequest, boo
 				}
 				r.length = r.length*10 + int(c-'0')
 			}
-		case foldEqual(f.name, "idempotency-key"), foldEqual(f.name, "x-idempotency-key"):
+		case nameIs(f.name, "idempotency-key"), nameIs(f.name, "x-idempotency-key"):
 			if len(f.value) > 0 {
 				r.replayable = true
 			}
-		case foldEqual(f.name, "transfer-encoding"), foldEqual(f.name, "upgrade"), foldEqual(f.name, "expect"):
+		case nameIs(f.name, "transfer-encoding"), nameIs(f.name, "upgrade"), nameIs(f.name, "expect"):
 			return r, false
 		}
 	}
@@ -192,7 +211,7 @@ func readClientRequest(h []byte, fields *[maxLoopFields]field) (loopRequest, boo
 // one Connection names but for the framing headers and Host, as stripHopByHop).
 func dropped(name, connection []byte) bool {
 	for _, h := range hopByHopFolded {
-		if foldEqual(name, h) {
+		if nameIs(name, h) {
 			return true
 		}
 	}
@@ -233,7 +252,7 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 		if dropped(f.name, r.connection) {
 			continue
 		}
-		if foldEqual(f.name, "host") {
+		if nameIs(f.name, "host") {
 			// In lower case, as fasthttp sends it (and as the route was looked up).
 			out = append(appendLower(append(out, "Host: "...), r.host), "\r\n"...)
 			continue
@@ -275,10 +294,10 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 			out = append(out, f.raw...)
 		}
 	}
+	// Joined as prepare joins them: the values with ", ", then ", " if that is not
+	// empty.
 	out = append(out, "X-Forwarded-For: "...)
-	for _, f := range xff {
-		out = append(append(out, f.value...), ", "...)
-	}
+	out = appendJoined(out, xff)
 	out = ip.AppendTo(out)
 	out = append(out, "\r\n"...)
 	if !keepHost {
@@ -291,9 +310,7 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 		out = append(ip.AppendTo(append(out, "X-Real-Ip: "...)), "\r\n"...)
 	}
 	out = append(out, "Forwarded: "...)
-	for _, f := range fwd {
-		out = append(append(out, f.value...), ", "...)
-	}
+	out = appendJoined(out, fwd)
 	out = append(out, "for="...)
 	if ip.Is6() {
 		out = append(ip.AppendTo(append(out, `"[`...)), `]"`...)
@@ -305,6 +322,22 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 	out = strconv.AppendQuote(out, unsafeString(r.host))
 	lower(out[quoted:])
 	return append(out, ";proto=http\r\nX-Tenant-Id: "...)
+}
+
+// appendJoined appends the fields' values joined with ", ", and ", " after them
+// unless that is empty.
+func appendJoined(out []byte, fields []field) []byte {
+	start := len(out)
+	for i, f := range fields {
+		if i > 0 {
+			out = append(out, ", "...)
+		}
+		out = append(out, f.value...)
+	}
+	if len(out) > start {
+		out = append(out, ", "...)
+	}
+	return out
 }
 
 // loopResponse is what the loop reads of a backend's answer.
@@ -325,7 +358,7 @@ type loopResponse struct {
 func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, bool) {
 	r := loopResponse{length: -1}
 	i := bytes.IndexByte(h, '\r')
-	if i < 12 || !bytes.HasPrefix(h, []byte("HTTP/1.")) || (h[7] != '1' && h[7] != '0') || h[8] != ' ' ||
+	if i < 12 || i+1 == len(h) || h[i+1] != '\n' || !bytes.HasPrefix(h, []byte("HTTP/1.")) || (h[7] != '1' && h[7] != '0') || h[8] != ' ' ||
 		(i > 12 && h[12] != ' ') {
 		return r, false
 	}
@@ -351,7 +384,7 @@ func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, 
 	connections, encodings := 0, 0
 	for _, f := range r.fields {
 		switch {
-		case foldEqual(f.name, "content-length"):
+		case nameIs(f.name, "content-length"):
 			if r.length >= 0 || len(f.value) == 0 || len(f.value) > 18 {
 				return r, false
 			}
@@ -363,13 +396,13 @@ func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, 
 				n = n*10 + int64(c-'0')
 			}
 			r.length = n
-		case foldEqual(f.name, "transfer-encoding"):
+		case nameIs(f.name, "transfer-encoding"):
 			if !bytes.EqualFold(f.value, []byte("chunked")) {
 				return r, false
 			}
 			r.chunked = true
 			encodings++
-		case foldEqual(f.name, "connection"):
+		case nameIs(f.name, "connection"):
 			r.connection = f.value
 			connections++
 		}
@@ -505,8 +538,8 @@ func (d *chunks) feed(out, in []byte) ([]byte, int, error) {
 	return out, i, nil
 }
 
-// chunkSizeOf reads a chunk's size line: hexadecimal digits, then optionally
-// whitespace and extensions, which are dropped.
+// chunkSizeOf reads a chunk's size line: hexadecimal digits, then an extension
+// (dropped) or whitespace, or nothing.
 func chunkSizeOf(line []byte) (int64, bool) {
 	var n int64
 	i := 0
@@ -519,12 +552,9 @@ func chunkSizeOf(line []byte) (int64, bool) {
 	if i == 0 {
 		return 0, false
 	}
-	for _, c := range line[i:] {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return 0, false
-		}
-	}
-	if rest := bytes.TrimLeft(line[i:], " \t"); len(rest) > 0 && rest[0] != ';' {
+	// As fasthttp reads it: an extension right after the digits (any bytes up to the
+	// line's end), or whitespace alone.
+	if rest := line[i:]; len(rest) > 0 && rest[0] != ';' && len(bytes.Trim(rest, " \t")) > 0 {
 		return 0, false
 	}
 	return n, true

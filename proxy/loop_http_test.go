@@ -39,6 +39,7 @@ func TestLoopReadsOnlyThePlainestRequests(t *testing.T) {
 		{"a NUL in a value", "GET / HTTP/1.1\r\n" + host + "X-A: a\x00b\r\n\r\n", false},
 		{"a line without a colon", "GET / HTTP/1.1\r\n" + host + "X-A\r\n\r\n", false},
 		{"two Connections", "GET / HTTP/1.1\r\n" + host + "Connection: close\r\nConnection: keep-alive\r\n\r\n", false},
+		{"a CR alone after the request line", "GET / HTTP/1.1\rX-Tenant-Id: victim\r\n" + host + "\r\n", false},
 		{"a method that is no token", "G(T / HTTP/1.1\r\n" + host + "\r\n", false},
 		{"too many fields", "GET / HTTP/1.1\r\n" + host + strings.Repeat("X-A: a\r\n", maxLoopFields) + "\r\n", false},
 	} {
@@ -96,6 +97,8 @@ func TestLoopReadsOnlyThePlainestAnswers(t *testing.T) {
 		{"a status of two digits", "HTTP/1.1 20 OK\r\n\r\n", false, 0, false},
 		{"HTTP/2", "HTTP/2 200\r\n\r\n", false, 0, false},
 		{"a space before the colon", "HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n", false, 0, false},
+		{"a CR alone after the status line", "HTTP/1.1 200 OK\rContent-Length: 5\r\nContent-Length: 2\r\n\r\n", false, 0, false},
+		{"an underscored length", "HTTP/1.1 200 OK\r\nContent_Length: 2\r\n\r\n", true, -1, true},
 	} {
 		var fields [maxLoopFields]field
 		r, ok := readBackendResponse([]byte(c.raw), &fields)
@@ -133,6 +136,15 @@ func TestLoopRewritesAsPrepareDoes(t *testing.T) {
 	if got != want {
 		t.Errorf("from a trusted proxy:\n%s\nwant:\n%s", got, want)
 	}
+	// Empty forwarding values from a trusted proxy are joined as prepare joins them.
+	raw = "GET / HTTP/1.1\r\nHost: acme.example.com\r\nX-Forwarded-For: \r\nForwarded: \r\n\r\n"
+	if r, ok = readClientRequest([]byte(raw), &fields); !ok {
+		t.Fatal("not read")
+	}
+	got = string(appendBackendRequest(nil, &r, ip, true))
+	if !strings.Contains(got, "\r\nX-Forwarded-For: 192.0.2.1\r\n") || !strings.Contains(got, "\r\nForwarded: for=192.0.2.1;") {
+		t.Errorf("empty values from a trusted proxy:\n%s", got)
+	}
 }
 
 // A chunked body is framed again as it passes, a byte at a time or whole: its data
@@ -153,6 +165,8 @@ func TestLoopFramesChunksAgain(t *testing.T) {
 		{"data longer than its size", "3\r\nhello\r\n0\r\n\r\n", "", 0, true},
 		{"a bare LF", "5\nhello\r\n0\r\n\r\n", "", 0, true},
 		{"junk after the size", "5 x\r\nhello\r\n0\r\n\r\n", "", 0, true},
+		{"whitespace after the size", "5 \r\nhello\r\n0\r\n\r\n", "hello", 0, false},
+		{"an extension after whitespace", "5 ;ext\r\nhello\r\n0\r\n\r\n", "", 0, true},
 	} {
 		for _, step := range []int{1, len(c.in)} {
 			var d chunks

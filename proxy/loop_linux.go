@@ -65,8 +65,12 @@ func startLoopEngine(p *Proxy, srv *fasthttp.Server, ln net.Listener, handoff *h
 	for range runtime.GOMAXPROCS(0) {
 		l, err := newLoop(e)
 		if err != nil {
-			e.stopAccepting()
-			e.cut()
+			// None runs yet: their descriptors are closed here.
+			for _, l := range e.loops {
+				l.closeFDs()
+			}
+			_ = f.Close()
+			_ = ln.Close()
 			return nil, err
 		}
 		e.loops = append(e.loops, l)
@@ -83,7 +87,9 @@ func (e *loopEngine) stopAccepting() {
 	var wg sync.WaitGroup
 	for _, l := range e.loops {
 		wg.Add(1)
-		l.post(func() { l.unlisten(); wg.Done() })
+		if !l.post(func() { l.unlisten(); wg.Done() }) {
+			wg.Done() // the loop ended (its poll failed): it listens no more
+		}
 	}
 	wg.Wait()
 	_ = e.lnFile.Close()
@@ -153,11 +159,14 @@ type lconn struct {
 
 	// A client's.
 	ip         netip.Addr
-	busy       bool // a request is being served
-	inHeader   bool // a header is being received: its deadline holds
-	inBody     bool // a body is being received: ClientReadTimeout between reads
-	streaming  bool // the answer's header is out, its body passing as it comes
-	eof        bool // the client closed its side: nothing more is read
+	accepted   int64 // Unix nanoseconds
+	served     bool  // it had a request answered
+	busy       bool  // a request is being served
+	inHeader   bool  // a header is being received: its deadline holds
+	inBody     bool  // a body is being received: ClientReadTimeout between reads
+	headerEnd  int   // the end of the header whose body is being received (either side)
+	streaming  bool  // the answer's header is out, its body passing as it comes
+	eof        bool  // the client closed its side: nothing more is read
 	closeAfter bool
 	lingering  bool
 	lingerLeft int
@@ -183,6 +192,7 @@ type loopExchange struct {
 	headerLen   int    // the client's request header, at the start of in
 	reqLen      int    // the header and the body
 	replayable  bool
+	observed    bool // its lookup is counted
 	// The answer streaming: how its body is framed, what is left of it.
 	mode         uint8
 	left         int64
@@ -243,21 +253,27 @@ func (l *loop) unlisten() {
 	l.pausedUntil = 0
 }
 
-// post runs f on the loop.
-func (l *loop) post(f func()) {
+// post runs f on the loop; false if the loop has ended.
+func (l *loop) post(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dead {
-		return
+		return false
 	}
 	l.posted = append(l.posted, f)
 	one := [8]byte{1}
 	_, _ = unix.Write(l.wake, one[:])
+	return true
 }
 
 func (l *loop) runPosted() {
 	var b [8]byte
 	_, _ = unix.Read(l.wake, b[:])
+	l.runQueued()
+}
+
+// runQueued runs what was posted.
+func (l *loop) runQueued() {
 	l.mu.Lock()
 	posted := l.posted
 	l.posted = nil
@@ -288,10 +304,10 @@ func (l *loop) run() {
 			switch {
 			case fd == l.wake:
 				l.runPosted()
-			case fd == l.e.lnfd:
-				if l.listening {
-					l.accept()
-				}
+			case l.listening && fd == l.e.lnfd:
+				// (Once no loop listens, the descriptor may be closed and its number a
+				// new connection's.)
+				l.accept()
 			default:
 				// An event of a connection closed earlier in this round is not its
 				// descriptor's next owner's.
@@ -316,6 +332,9 @@ func (l *loop) run() {
 		}
 	}
 	l.closeFDs()
+	// What was posted after the last round: connections to adopt are closed (adopt
+	// sees the loop ended), the rest finds its connections closed.
+	l.runQueued()
 }
 
 func (l *loop) watch(c *lconn, events uint32) error {
@@ -393,7 +412,11 @@ func (l *loop) accept() {
 		if target == l {
 			l.adopt(fd, ip)
 		} else {
-			target.post(func() { target.adopt(fd, ip) })
+			if !target.post(func() { target.adopt(fd, ip) }) {
+				target.load.Add(-1)
+				l.load.Add(1)
+				l.adopt(fd, ip) // that loop has ended
+			}
 		}
 	}
 }
@@ -401,7 +424,8 @@ func (l *loop) accept() {
 // adopt serves a connection accepted for this loop.
 func (l *loop) adopt(fd int, ip netip.Addr) {
 	// A new connection's first request has ClientHeaderTimeout from the accept.
-	c := &lconn{fd: fd, client: true, ip: ip, inHeader: true, deadline: time.Now().UnixNano() + int64(l.p.opts.ClientHeaderTimeout)}
+	now := time.Now().UnixNano()
+	c := &lconn{fd: fd, client: true, ip: ip, inHeader: true, accepted: now, deadline: now + int64(l.p.opts.ClientHeaderTimeout)}
 	if l.ended {
 		_ = unix.Close(fd)
 		l.p.limits.release(ip)
@@ -476,20 +500,40 @@ func (l *loop) goAway() {
 		case c.closed:
 		case !c.client && c.peer == nil:
 			l.closeBackend(c)
-		case c.client && !c.busy && len(c.out) == 0 && !c.lingering:
+		case c.client && !c.busy && len(c.out) == 0 && !c.lingering && len(c.in) == 0 &&
+			(c.served || l.now-c.accepted >= int64(freshConn)):
+			// Idle. One whose request is coming in is answered (with Connection:
+			// close), or cut by its header or body deadline; so is one accepted
+			// moments ago, whose first request may not be read yet (closed, its
+			// unread bytes would reset it).
 			l.closeClient(c)
 		}
 	}
 	l.checkDone()
 }
 
+// freshConn: a connection accepted this recently is not idle for the drain (as
+// fasthttp's server counts a new connection idle only after 5 s).
+const freshConn = 5 * time.Second
+
 func (l *loop) checkDone() {
 	if l.stopping && l.clients == 0 && !l.ended {
 		for _, c := range l.conns {
 			l.closeBackend(c)
 		}
-		l.ended = true
+		l.end()
 	}
+}
+
+// end marks the loop ended; requests waiting for a backend's connection wait no
+// more, and what is posted from now on is run as the loop exits.
+func (l *loop) end() {
+	for _, c := range l.waiting {
+		c.waitFor.loopWaiting.Add(-1)
+		c.waitFor = nil
+	}
+	l.waiting = nil
+	l.ended = true
 }
 
 func (l *loop) cutAll() {
@@ -502,7 +546,7 @@ func (l *loop) cutAll() {
 			l.closeBackend(c)
 		}
 	}
-	l.ended = true
+	l.end()
 }
 
 // write writes data to c, keeping what the socket does not take for when it is

@@ -81,6 +81,7 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 		handoff := newHandoffListener(p, srv, ln.Addr())
 		var err error
 		if engine, err = startLoopEngine(p, srv, ln, handoff); err != nil {
+			_ = ln.Close()
 			return err
 		}
 		go func() { errs <- srv.Serve(handoff) }()
