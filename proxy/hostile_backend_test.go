@@ -565,3 +565,26 @@ func TestABodyAfterItsAnswersHeaderIsForwarded(t *testing.T) {
 		t.Errorf("answered after %s", took.Round(time.Millisecond))
 	}
 }
+
+// An answer after an interim one (which the loop engine hands to fasthttp's code) keeps
+// the backend's fields as they are: no Content-Type it did not send.
+func TestAnAnswerAfterAnInterimOneKeepsItsFields(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nX-Kind: final\r\nContent-Length: 5\r\n\r\nhello")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	_, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	resp, got := readResponse(t, br, "GET")
+	if resp.StatusCode != 200 || got != "hello" || resp.Header.Get("X-Kind") != "final" {
+		t.Errorf("%d %q (X-Kind %q), want the final answer", resp.StatusCode, got, resp.Header.Get("X-Kind"))
+	}
+	if ct, ok := resp.Header["Content-Type"]; ok {
+		t.Errorf("Content-Type %q, which the backend did not send", ct)
+	}
+}

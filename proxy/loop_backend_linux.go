@@ -133,6 +133,9 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 		return nil, errNotLoopable
 	}
 	if u.loopConns.Load()+int64(u.pool.ConnsCount()) >= int64(l.p.opts.MaxConnsPerBackend) {
+		// The fasthttp engine's idle connections count too: they go, so that the
+		// wait is for a busy connection only.
+		u.pool.CloseIdleConnections()
 		return nil, errPoolFull
 	}
 	family := unix.AF_INET
@@ -347,6 +350,7 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	c.in = pipelined
 	c.peer, b.peer = nil, nil
 	u, tenant := b.u, b.tenant
+	unsent := append([]byte(nil), b.out...)
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
 	// The backend connection counts in loopConns until finishExchange closes it.
 	bc, err := l.detach(b)
@@ -373,7 +377,7 @@ func (l *loop) handOffExchange(c, b *lconn) {
 		// Tracked, so that a drain that runs out of time closes them.
 		defer l.p.handed.take(backend, nil)()
 		defer l.p.handed.take(client, nil)()
-		if l.p.finishExchange(client, backend, u, tenant, ex.route, ex.outcome, ex.head, closeClient, ex.start) {
+		if l.p.finishExchange(client, backend, unsent, u, tenant, ex.route, ex.outcome, ex.head, closeClient, ex.start) {
 			l.e.handoff.push(client)
 		} else {
 			_ = client.Close()

@@ -121,10 +121,14 @@ func (h *handedOver) begin() {
 // loop does not read (fasthttp's reader refuses what must be refused: a 502). The
 // backend connection is closed after. It reports whether the client connection may
 // carry another request.
-func (p *Proxy) finishExchange(client, backend net.Conn, u *upstream, tenant string, route *CachedRoute,
+func (p *Proxy) finishExchange(client, backend net.Conn, unsent []byte, u *upstream, tenant string, route *CachedRoute,
 	outcome Outcome, head, closeClient bool, start time.Time) bool {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
+	// As the server's own answers: no Content-Type the backend did not send. (Unlike
+	// them, fasthttp's writer sets the Date of its clock: its switch for that is not
+	// public.)
+	resp.Header.SetNoDefaultContentType(true)
 	released := false
 	release := func(bool) {
 		if !released {
@@ -135,6 +139,11 @@ func (p *Proxy) finishExchange(client, backend net.Conn, u *upstream, tenant str
 		}
 	}
 	defer release(false)
+	if len(unsent) > 0 {
+		// The request's end, which the loop had not sent yet when the answer began:
+		// the backend may wait for it (after an interim answer) before it answers.
+		_, _ = backend.Write(unsent)
+	}
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(backend)
 	r, err := p.readResponseHead(br, resp, false)
@@ -161,6 +170,11 @@ func (p *Proxy) finishExchange(client, backend net.Conn, u *upstream, tenant str
 		if streamed != nil {
 			streamed.done = release
 		}
+	}
+	if streamed == nil {
+		// Read whole (or failed): the backend and the tenant's share go back before
+		// a slow client reads the answer, as roundTrip gives them back.
+		release(false)
 	}
 	if closeClient {
 		resp.SetConnectionClose()

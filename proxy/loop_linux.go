@@ -299,6 +299,16 @@ func (l *loop) run() {
 			break
 		}
 		l.now = time.Now().UnixNano()
+		// An idle backend connection with something to read (bytes no request asked
+		// for, or its close) goes before this round's requests can take it: its bytes
+		// would be read as their answer. (The fasthttp engine peeks at each connection
+		// it reuses; here the poll already said which.)
+		for _, ev := range events[:max(n, 0)] {
+			if c := l.conns[int(ev.Fd)]; c != nil && !c.client && c.peer == nil && !c.closed && c.gen == ev.Pad &&
+				ev.Events&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+				l.closeBackend(c)
+			}
+		}
 		for _, ev := range events[:max(n, 0)] {
 			fd := int(ev.Fd)
 			switch {
