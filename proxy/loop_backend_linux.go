@@ -206,18 +206,10 @@ var errBackendClosed = errors.New("the backend closed the connection")
 func (l *loop) answerFrom(b *lconn) {
 	c := b.peer
 	ex := &c.ex
-	// A header whose body is still coming was found before: the body's bytes are no
-	// header's end to look for.
-	end := b.headerEnd
-	if end == 0 {
-		var next int
-		var plain bool
-		end, next, plain = headerEnd(b.in, b.scanned)
-		b.scanned = next
-		if !plain {
-			l.handOffExchange(c, b)
-			return
-		}
+	end, plain := b.header()
+	if !plain {
+		l.handOffExchange(c, b)
+		return
 	}
 	if end < 0 {
 		if len(b.in) > l.p.opts.MaxResponseHeaderBytes {

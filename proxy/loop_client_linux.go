@@ -68,18 +68,10 @@ func (l *loop) next(c *lconn) {
 		// this request must be read.
 		l.interest(c, c.events|unix.EPOLLIN)
 	}
-	// A header whose body is still coming was found before: the body's bytes are no
-	// header's end to look for (one without a line feed would never end it).
-	end := c.headerEnd
-	if end == 0 {
-		var next int
-		var plain bool
-		end, next, plain = headerEnd(c.in, c.scanned)
-		c.scanned = next
-		if !plain {
-			l.handOff(c)
-			return
-		}
+	end, plain := c.header()
+	if !plain {
+		l.handOff(c)
+		return
 	}
 	if end < 0 {
 		if len(c.in) >= l.p.opts.MaxRequestHeaderBytes {

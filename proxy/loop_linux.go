@@ -207,6 +207,18 @@ type loopExchange struct {
 	lastBackend  *upstream
 }
 
+// header finds the end of the header at the start of c.in (-1: not in yet), scanning
+// on from where the last call stopped; plain as headerEnd's. A header whose body is
+// still coming was found before: the body's bytes are no header's end to look for
+// (one without a line feed would never end it).
+func (c *lconn) header() (end int, plain bool) {
+	if c.headerEnd > 0 {
+		return c.headerEnd, true
+	}
+	end, c.scanned, plain = headerEnd(c.in, c.scanned)
+	return end, plain
+}
+
 func newLoop(e *loopEngine) (*loop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
