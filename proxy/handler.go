@@ -148,7 +148,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 			var err error
 			if release, err = p.bufferBody(ctx, body); err != nil {
 				if isTimeout(err) {
-					p.refuse(ctx, fasthttp.StatusRequestTimeout, outcome, "the request body did not come in time\n")
+					p.refuse(ctx, fasthttp.StatusRequestTimeout, outcome, requestTimeout)
 				} else {
 					p.refuse(ctx, fasthttp.StatusBadRequest, outcome, "the request body could not be read\n")
 				}
@@ -165,6 +165,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		if err == nil {
 			u.downUntil.Store(0)
 			stripHopByHop(&ctx.Response.Header)
+			inHTTP11(&ctx.Response.Header)
 			if body != nil && !body.eof {
 				ctx.SetConnectionClose() // answered before the whole body was read
 			}

@@ -208,6 +208,18 @@ func stripHopByHop(h headers) {
 	}
 }
 
+// inHTTP11 makes an answer read from an HTTP/1.0 backend one of HTTP/1.1, as the
+// proxy speaks it to its client: fasthttp would echo the backend's version in the
+// status line, and an HTTP/1.1 client would then read the chunks the proxy frames a
+// body with as the body, and wait for a close that a kept connection never brings.
+func inHTTP11(h *fasthttp.ResponseHeader) {
+	if !h.IsHTTP11() {
+		h.SetProtocol(http11)
+	}
+}
+
+var http11 = []byte("HTTP/1.1")
+
 // protectedToken: Connection tokens that name nothing to remove.
 func protectedToken(token []byte) bool {
 	for _, name := range []string{"close", "keep-alive", "content-length", "transfer-encoding", "host"} {

@@ -588,3 +588,96 @@ func TestAnAnswerAfterAnInterimOneKeepsItsFields(t *testing.T) {
 		t.Errorf("Content-Type %q, which the backend did not send", ct)
 	}
 }
+
+// An HTTP/1.0 backend (a legacy app server, a CGI gateway) answers in its version:
+// the client gets the answer in HTTP/1.1, its body as the backend delimited it. One
+// that also sends Transfer-Encoding frames its body faultily (RFC 9112, section 6.1):
+// the body is what came until the close, as one and the same answer on either engine.
+func TestAnHTTP10BackendIsAnsweredInHTTP11(t *testing.T) {
+	for _, tc := range []struct{ name, answer, want string }{
+		{"until the close", "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello", "hello"},
+		{"sized", "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello"},
+		{"chunked, faultily", "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "5\r\nhello\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newRawBackend(t, func(c net.Conn, br *bufio.Reader, _ int64) {
+				if _, err := readReq(br); err == nil {
+					io.WriteString(c, tc.answer)
+				}
+			})
+			tp := rawProxy(t, Options{}, b.URL)
+			conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+			_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+			resp, got := readResponse(t, br, "GET")
+			if resp.StatusCode != 200 || resp.Proto != "HTTP/1.1" || got != tc.want {
+				t.Errorf("%s %d %q, want HTTP/1.1 200 %q", resp.Proto, resp.StatusCode, got, tc.want)
+			}
+		})
+	}
+}
+
+// A 204 has no body whatever its fields say: it reaches the client without framing
+// fields (a cache or proxy in front would wait for chunks that never come), and the
+// connection carries the next exchange.
+func TestANoContentAnswerCarriesNoFraming(t *testing.T) {
+	b := serveRequests(t, func(c net.Conn, r *http.Request) {
+		if r.URL.Path == "/next" {
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+			return
+		}
+		fmt.Fprint(c, "HTTP/1.1 204 No Content\r\nX-Kind: empty\r\nTransfer-Encoding: chunked\r\n\r\n")
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var head strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the 204: %v (so far %q)", err, head.String())
+		}
+		head.WriteString(line)
+		if line == "\r\n" {
+			break
+		}
+	}
+	if h := strings.ToLower(head.String()); !strings.HasPrefix(h, "http/1.1 204") || !strings.Contains(h, "x-kind: empty") ||
+		strings.Contains(h, "transfer-encoding") || strings.Contains(h, "content-length") {
+		t.Errorf("the 204 reached the client as %q, want it without framing fields", head.String())
+	}
+	if _, err := io.WriteString(conn, "GET /next HTTP/1.1\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, got := readResponse(t, br, "GET"); resp.StatusCode != 200 || got != "next" {
+		t.Errorf("the next answer: %d %q", resp.StatusCode, got)
+	}
+}
+
+// Every answer names the proxy as its server unless the backend named itself: the
+// proxy's own (a 404), a backend's read whole, and one finished by the fasthttp
+// engine's code after an interim answer, on either engine.
+func TestEveryAnswerNamesItsServer(t *testing.T) {
+	b := serveRequests(t, func(c net.Conn, r *http.Request) {
+		switch r.URL.Path {
+		case "/named":
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nServer: app/1.2\r\nContent-Length: 2\r\n\r\nok")
+		case "/hints":
+			fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		default:
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tp := rawProxy(t, Options{}, b.URL)
+	for _, tc := range []struct{ host, path, want string }{
+		{"acme.example.com", "/", "tenantroute"},
+		{"acme.example.com", "/named", "app/1.2"},
+		{"acme.example.com", "/hints", "tenantroute"},
+		{"nobody.example.com", "/", "tenantroute"},
+	} {
+		_, br := exchange(t, tp, "GET "+tc.path+" HTTP/1.1\r\nHost: "+tc.host+"\r\n\r\n")
+		resp, _ := readResponse(t, br, "GET")
+		if got := resp.Header.Values("Server"); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s%s: Server %q, want %q", tc.host, tc.path, got, tc.want)
+		}
+	}
+}

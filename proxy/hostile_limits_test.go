@@ -808,3 +808,76 @@ func TestASlowReaderHoldsTheBackendBack(t *testing.T) {
 		_ = conn.Close()
 	}
 }
+
+// A client whose header, or body, does not come in time is told so before the close
+// (408, as fasthttp's server words it), on either engine; a client still uploading
+// reads it too: the close lingers over what it sends, where a plain close would
+// reset the connection and could destroy the answer before it was read.
+func TestATimedOutClientIsToldSo(t *testing.T) {
+	tp := rawProxy(t, Options{ClientHeaderTimeout: 300 * time.Millisecond, ClientReadTimeout: 300 * time.Millisecond}, okBackend(t).URL)
+	for _, tc := range []struct{ name, sent, body string }{
+		{"nothing sent", "", requestTimeout},
+		{"half a header", "GET / HTTP/1.1\r\nHost: acme.exa", requestTimeout},
+		{"half a body", "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 100\r\n\r\n0123456789", requestTimeout},
+		{"half a large body", "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 100000\r\n\r\n0123456789", requestTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := tp.dial(t)
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(conn, tc.sent)
+			time.Sleep(600 * time.Millisecond)
+			// Still sending, past the deadline.
+			io.WriteString(conn, strings.Repeat("z", 10))
+			resp, got := readResponse(t, bufio.NewReader(conn), "GET")
+			if resp.StatusCode != http.StatusRequestTimeout || got != tc.body || !resp.Close || resp.Header.Get("Server") != "tenantroute" {
+				t.Errorf("%d %q (close %v, Server %q), want a 408 %q closing the connection", resp.StatusCode, got, resp.Close, resp.Header.Get("Server"), tc.body)
+			}
+		})
+	}
+}
+
+// A backend whose pool is full serves the requests waiting for it on the connections
+// it has: a connection given back goes to a waiting request, not closed for a new one
+// to be dialed (that churn would leave a TIME_WAIT per request and could run out of
+// ports), and every request is answered.
+func TestAFullPoolReusesItsConnections(t *testing.T) {
+	b := serveRequests(t, func(c net.Conn, _ *http.Request) {
+		time.Sleep(2 * time.Millisecond)
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tp := rawProxy(t, Options{MaxConnsPerBackend: 2, MaxConnsPerTenant: 16, DialTimeout: 5 * time.Second}, b.URL)
+	const clients, each = 16, 20
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := tp.dial(t)
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			br := bufio.NewReader(conn)
+			for range each {
+				if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n"); err != nil {
+					failed.Add(1)
+					return
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				got, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != 200 || string(got) != "ok" {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d requests failed", n, clients*each)
+	}
+	if n := b.conns.Load(); n > clients*each/10 {
+		t.Errorf("%d requests opened %d connections to a backend of 2", clients*each, n)
+	}
+}

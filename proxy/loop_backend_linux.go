@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,7 +34,13 @@ func (l *loop) forward(c *lconn) {
 			ex.tried = append(ex.tried, u)
 			continue
 		}
-		b, err := l.backend(u, ex.replayable)
+		var b *lconn
+		err := errPoolFull
+		if l.waits[u] == 0 || ex.turn {
+			// (Requests of this loop that wait for a connection to u go first: a new
+			// one waits behind them.)
+			b, err = l.backend(u, ex.replayable)
+		}
 		if err != nil {
 			u.give(route.Tenant)
 			if err == errPoolFull {
@@ -47,10 +54,12 @@ func (l *loop) forward(c *lconn) {
 					}
 					ex.attempts++
 					u.loopWaiting.Add(1)
+					l.waits[u]++
 					c.waitFor = u
 					l.waiting = append(l.waiting, c)
 					return
 				}
+				ex.waitUntil = 0 // the next backend has a wait of its own
 				logBackendError(u.addr, fasthttp.ErrNoFreeConns)
 				ex.tried = append(ex.tried, u)
 				continue
@@ -108,20 +117,25 @@ func quiet(fd int) bool {
 	return err == unix.EAGAIN
 }
 
+// peekAfter: an idle connection this old is peeked at before it is reused.
+const peekAfter = time.Second
+
 var (
 	errNotLoopable = errors.New("the loop engine does not dial this backend")
 	errPoolFull    = errors.New("every connection the proxy may open to the backend is busy")
 )
 
-// backend returns an idle connection to u, or one being opened. For a request that
-// cannot be sent again, an idle connection is first checked for its backend's close
-// (as the fasthttp engine checks every one): its close may be in this round's events
-// still.
+// backend returns an idle connection to u, or one being opened. The round's poll
+// closed the idle connections whose backend spoke or closed before it (run); what
+// arrived since is seen by a peek (as the fasthttp engine peeks at every connection
+// it reuses) for a request that cannot be sent again, a connection idle long enough
+// that its backend may be closing it (at its idle timeout, some with a 408 first),
+// and in a round whose poll could not report every event.
 func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 	for idle := l.idle[u]; len(idle) > 0; idle = l.idle[u] {
 		b := idle[len(idle)-1]
 		l.idle[u] = idle[:len(idle)-1]
-		if !replayable && !quiet(b.fd) {
+		if (!replayable || l.fullRound || l.now-b.idleSince >= int64(peekAfter)) && !quiet(b.fd) {
 			l.closeBackendOnly(b)
 			continue
 		}
@@ -132,7 +146,11 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 	if sa == nil {
 		return nil, errNotLoopable
 	}
-	if u.loopConns.Load()+int64(u.pool.ConnsCount()) >= int64(l.p.opts.MaxConnsPerBackend) {
+	// Counted before it is checked (as fasthttp counts a connection before it
+	// dials): two loops, or a loop and the fasthttp engine, cannot both take the
+	// pool's last place.
+	if u.loopConns.Add(1)+int64(u.pool.ConnsCount()) > int64(l.p.opts.MaxConnsPerBackend) {
+		u.loopConns.Add(-1)
 		// The fasthttp engine's idle connections count too: they go, so that the
 		// wait is for a busy connection only.
 		u.pool.CloseIdleConnections()
@@ -144,12 +162,14 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		u.loopConns.Add(-1)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", err)}
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	err = unix.Connect(fd, sa)
 	if err != nil && err != unix.EINPROGRESS {
 		_ = unix.Close(fd)
+		u.loopConns.Add(-1)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}
 	}
 	b := &lconn{fd: fd, u: u, connecting: err != nil}
@@ -160,9 +180,9 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 	if err := l.watch(b, events); err != nil {
 		delete(l.conns, fd)
 		_ = unix.Close(fd)
+		u.loopConns.Add(-1)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
-	u.loopConns.Add(1)
 	return b, nil
 }
 
@@ -204,6 +224,9 @@ var errBackendClosed = errors.New("the backend closed the connection")
 
 // answerFrom forwards the backend's answer once it is whole.
 func (l *loop) answerFrom(b *lconn) {
+	if b.bodyPending() {
+		return
+	}
 	c := b.peer
 	ex := &c.ex
 	end, plain := b.header()
@@ -234,7 +257,7 @@ func (l *loop) answerFrom(b *lconn) {
 		return
 	}
 	if len(b.in) < end+int(size) {
-		b.headerEnd = end
+		b.awaitBody(end, end+int(size))
 		return
 	}
 	ex.route.observeUpstream(time.Duration(l.now - ex.start.UnixNano()))
@@ -291,14 +314,17 @@ func (l *loop) releaseBackend(b *lconn, keep bool) {
 		return
 	}
 	if b.u.loopWaiting.Load() > 0 {
-		// A request waits for a connection to this backend, maybe on another loop:
-		// this one is given up rather than kept idle.
-		// (The waiting request is tried again at the next sweep, not from here: the
-		// answer being written is in the loop's buffer still.)
-		l.closeBackendOnly(b)
-		return
+		if l.waits[b.u] == 0 {
+			// Requests wait for a connection to this backend on another loop, or
+			// in the fasthttp engine: this one is given up for them.
+			l.closeBackendOnly(b)
+			return
+		}
+		// This loop's first waiting request takes it once the round is over (not
+		// from here: the answer being written is in the loop's buffer still).
+		l.handBack = true
 	}
-	b.in, b.scanned, b.headerEnd, b.reused = b.in[:0], 0, 0, true
+	b.in, b.scanned, b.headerEnd, b.reused, b.idleSince = emptied(b.in), 0, 0, true, l.now
 	b.deadline = l.now + int64(l.p.opts.UpstreamIdleConnTimeout)
 	l.idle[b.u] = append(l.idle[b.u], b)
 }
@@ -377,19 +403,37 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	}()
 }
 
-// retryWaiting tries again the requests waiting for a connection to a full pool.
+// retryWaiting tries again the requests waiting for a connection to a full pool, in
+// the order they came; once one of a backend's finds none, those behind it wait on
+// (unless their wait is over).
 func (l *loop) retryWaiting() {
 	if len(l.waiting) == 0 {
 		return
 	}
 	waiting := l.waiting
 	l.waiting = nil
+	var full [4]*upstream
+	nfull := 0
 	for _, c := range waiting {
 		u := c.waitFor
+		if !c.closed && l.now < c.ex.waitUntil && slices.Contains(full[:nfull], u) {
+			l.waiting = append(l.waiting, c)
+			continue
+		}
 		c.waitFor = nil
 		u.loopWaiting.Add(-1)
-		if !c.closed {
-			l.forward(c)
+		if l.waits[u]--; l.waits[u] == 0 {
+			delete(l.waits, u)
+		}
+		if c.closed {
+			continue
+		}
+		c.ex.turn = true
+		l.forward(c)
+		c.ex.turn = false
+		if c.waitFor == u && nfull < len(full) {
+			full[nfull] = u
+			nfull++
 		}
 	}
 }

@@ -68,6 +68,9 @@ func (l *loop) next(c *lconn) {
 		// this request must be read.
 		l.interest(c, c.events|unix.EPOLLIN)
 	}
+	if c.bodyPending() {
+		return
+	}
 	end, plain := c.header()
 	if !plain {
 		l.handOff(c)
@@ -95,7 +98,8 @@ func (l *loop) next(c *lconn) {
 	if len(c.in) < end+r.length {
 		// The body is not all in: bounded between reads from now on, not by the
 		// header's deadline.
-		c.inHeader, c.inBody, c.headerEnd = false, true, end
+		c.inHeader, c.inBody = false, true
+		c.awaitBody(end, end+r.length)
 		c.deadline = l.now + int64(l.p.opts.ClientReadTimeout)
 		return
 	}
@@ -107,7 +111,7 @@ func (l *loop) next(c *lconn) {
 	}
 	c.busy, c.inHeader, c.inBody, c.deadline, c.scanned, c.headerEnd = true, false, false, 0, 0, 0
 	ex := &c.ex
-	*ex = loopExchange{req: ex.req[:0], headerLen: end, reqLen: end + r.length, head: r.head, close: r.close,
+	*ex = loopExchange{req: emptied(ex.req), headerLen: end, reqLen: end + r.length, head: r.head, close: r.close,
 		replayable: r.replayable, start: time.Unix(0, l.now)}
 	// The tenant, the last field, is added once the route is known.
 	ex.req = appendBackendRequest(ex.req, &r, c.ip, l.p.opts.trusted(c.ip))
@@ -155,9 +159,10 @@ func (l *loop) routed(c *lconn, route *CachedRoute, outcome Outcome) {
 }
 
 // answer is refuse's: the proxy's own answer to the request in flight.
+// A request that had a body closes its connection after, as refuse closes it.
 func (l *loop) answer(c *lconn, status int, outcome Outcome, body string, retry bool) {
-	closeClient := c.ex.close || l.stopping || l.p.draining.Load()
-	out := fmt.Appendf(l.out[:0], "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n",
+	closeClient := c.ex.close || c.ex.reqLen > c.ex.headerLen || l.stopping || l.p.draining.Load()
+	out := fmt.Appendf(l.out[:0], "HTTP/1.1 %d %s\r\nServer: "+serverName+"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n",
 		status, fasthttp.StatusMessage(status), len(body))
 	if retry {
 		out = append(append(append(out, "Retry-After: "...), l.p.retryAfter...), "\r\n"...)
@@ -188,7 +193,9 @@ func (l *loop) respond(c *lconn, out []byte, closeAfter bool) {
 // beginAnswer: the request is answered from now on; what the client sent after it is
 // read again.
 func (l *loop) beginAnswer(c *lconn, closeAfter bool) {
-	c.in = c.in[:copy(c.in, c.in[c.ex.reqLen:])]
+	if c.in = c.in[:copy(c.in, c.in[c.ex.reqLen:])]; len(c.in) == 0 {
+		c.in = emptied(c.in)
+	}
 	c.closeAfter, c.served = closeAfter, true
 	if c.events&unix.EPOLLIN == 0 && !c.eof {
 		l.interest(c, c.events|unix.EPOLLIN)
@@ -282,10 +289,22 @@ func (l *loop) detach(c *lconn) (net.Conn, error) {
 	return &prefixConn{TCPConn: tc, pending: c.in}, nil
 }
 
-// answerTimeout and bodyTimeout are the 408s a client gets whose header, or body, did
-// not come in time.
-var (
-	answerTimeout = []byte("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-	bodyTimeout   = []byte("HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" +
-		"Content-Length: 39\r\n\r\nthe request body did not come in time\n")
-)
+// timedOut tells a client whose request (its header, or its body) did not come in
+// time so, as the fasthttp engine does, and closes the connection as after any
+// answer: lingering over what the client still sends, which a plain close would
+// answer with a reset that can destroy the 408 before it is read.
+func (l *loop) timedOut(c *lconn) {
+	c.inHeader, c.inBody, c.closeAfter = false, false, true
+	if err := l.write(c, timedOutAnswer); err != nil {
+		l.closeClient(c)
+		return
+	}
+	if len(c.out) > 0 {
+		c.deadline = l.now + int64(l.p.opts.ClientWriteTimeout)
+		return
+	}
+	l.linger(c)
+}
+
+var timedOutAnswer = fmt.Appendf(nil, "HTTP/1.1 408 Request Timeout\r\nServer: %s\r\nContent-Type: text/plain; charset=utf-8\r\n"+
+	"Content-Length: %d\r\nConnection: close\r\n\r\n%s", serverName, len(requestTimeout), requestTimeout)

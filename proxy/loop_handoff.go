@@ -163,10 +163,15 @@ func (p *Proxy) finishExchange(client, backend net.Conn, unsent []byte, u *upstr
 		resp.Reset()
 		resp.SetStatusCode(status)
 		resp.Header.SetContentType("text/plain; charset=utf-8")
+		resp.Header.SetServer(serverName)
 		resp.SetBodyString("the backend did not answer\n")
 	} else {
 		u.downUntil.Store(0)
 		stripHopByHop(&resp.Header)
+		inHTTP11(&resp.Header)
+		if len(resp.Header.Server()) == 0 {
+			resp.Header.SetServer(serverName)
+		}
 		if streamed != nil {
 			streamed.done = release
 		}

@@ -410,6 +410,11 @@ func readBackendResponse(h []byte, fields *[maxLoopFields]field) (loopResponse, 
 	if connections > 1 || encodings > 1 || (r.chunked && r.length >= 0) {
 		return r, false
 	}
+	if r.chunked && h[7] != '1' {
+		// Transfer-Encoding in HTTP/1.0 is faulty framing (RFC 9112, section 6.1):
+		// fasthttp reads such a body until the close, and answers it.
+		return r, false
+	}
 	if h[7] == '1' {
 		r.keep = !hasToken(r.connection, "close")
 	} else {
@@ -428,10 +433,20 @@ func bodyless(status int, head bool) bool {
 // after it; chunk adds chunked framing to a body the backend delimits by closing.
 func appendClientResponse(out []byte, r *loopResponse, close, chunk bool) []byte {
 	out = append(append(out, "HTTP/1.1"...), r.first[8:]...)
+	// A 204 goes without framing fields, as fasthttp writes it: a cache in front
+	// could wait for the chunks a Transfer-Encoding announces.
+	noContent, named := r.status == 204, false
 	for _, f := range r.fields {
+		named = named || nameIs(f.name, "server")
+		if noContent && (nameIs(f.name, "content-length") || nameIs(f.name, "transfer-encoding")) {
+			continue
+		}
 		if !dropped(f.name, r.connection) {
 			out = append(out, f.raw...)
 		}
+	}
+	if !named {
+		out = append(out, "Server: "+serverName+"\r\n"...)
 	}
 	if close {
 		out = append(out, "Connection: close\r\n"...)

@@ -142,7 +142,10 @@ type loop struct {
 	stopping    bool  // goAway: connections close as they fall idle
 	ended       bool
 	lastSweep   int64
+	fullRound   bool     // the round's poll filled its events: it may not have reported all
 	waiting     []*lconn // clients waiting for a connection to a full pool
+	waits       map[*upstream]int
+	handBack    bool // a connection was given back to a backend that requests wait for
 }
 
 // lconn is a client or backend connection of a loop.
@@ -165,6 +168,7 @@ type lconn struct {
 	inHeader   bool  // a header is being received: its deadline holds
 	inBody     bool  // a body is being received: ClientReadTimeout between reads
 	headerEnd  int   // the end of the header whose body is being received (either side)
+	bodyEnd    int   // and the end of that body
 	streaming  bool  // the answer's header is out, its body passing as it comes
 	eof        bool  // the client closed its side: nothing more is read
 	closeAfter bool
@@ -176,6 +180,7 @@ type lconn struct {
 	u          *upstream
 	tenant     string
 	reused     bool
+	idleSince  int64 // Unix nanoseconds
 	connecting bool
 
 	// A client's waiting for a connection to a full pool.
@@ -203,6 +208,7 @@ type loopExchange struct {
 	triedBuf     [4]*upstream
 	shareRefused int
 	waitUntil    int64 // waiting for a connection to a full pool until then
+	turn         bool  // a waiting request tried again, ahead of those behind it
 	lastErr      error
 	lastBackend  *upstream
 }
@@ -219,6 +225,27 @@ func (c *lconn) header() (end int, plain bool) {
 	return end, plain
 }
 
+// awaitBody starts receiving the body of the header that ends at end, which ends at
+// bodyEnd.
+func (c *lconn) awaitBody(end, bodyEnd int) { c.headerEnd, c.bodyEnd = end, bodyEnd }
+
+// bodyPending reports a body whose header was read and which is not all in: its
+// header is not read again for each of its segments (a body sent a byte at a time
+// would have the loop read its header as many times).
+func (c *lconn) bodyPending() bool { return c.headerEnd > 0 && len(c.in) < c.bodyEnd }
+
+// emptied is b emptied for the next use; a buffer grown past keptBuffer (a large
+// header, a pipelined burst, a stalled client's answer) is let go instead, so that a
+// connection holds memory for its largest moment only while it lasts.
+func emptied(b []byte) []byte {
+	if cap(b) > keptBuffer {
+		return nil
+	}
+	return b[:0]
+}
+
+const keptBuffer = 16 << 10
+
 func newLoop(e *loopEngine) (*loop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -229,7 +256,7 @@ func newLoop(e *loopEngine) (*loop, error) {
 		_ = unix.Close(ep)
 		return nil, fmt.Errorf("the loop engine: %w", err)
 	}
-	l := &loop{e: e, p: e.p, ep: ep, wake: wake, conns: map[int]*lconn{}, idle: map[*upstream][]*lconn{},
+	l := &loop{e: e, p: e.p, ep: ep, wake: wake, conns: map[int]*lconn{}, idle: map[*upstream][]*lconn{}, waits: map[*upstream]int{},
 		buf: make([]byte, 64<<10), out: make([]byte, 0, 16<<10)}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
 		l.closeFDs()
@@ -311,6 +338,7 @@ func (l *loop) run() {
 			break
 		}
 		l.now = time.Now().UnixNano()
+		l.fullRound = n == len(events)
 		// An idle backend connection with something to read (bytes no request asked
 		// for, or its close) goes before this round's requests can take it: its bytes
 		// would be read as their answer. (The fasthttp engine peeks at each connection
@@ -347,6 +375,10 @@ func (l *loop) run() {
 					l.readable(c)
 				}
 			}
+		}
+		if l.handBack {
+			l.handBack = false
+			l.retryWaiting()
 		}
 		if l.now-l.lastSweep >= int64(loopTick) {
 			l.lastSweep = l.now
@@ -484,8 +516,10 @@ func (l *loop) sweep() {
 	}
 	l.retryWaiting()
 	for _, c := range l.conns {
-		if !c.client && c.peer == nil && !c.closed && c.u.loopWaiting.Load() > 0 {
-			l.closeBackend(c) // idle, while a request waits for a connection to its backend
+		if !c.client && c.peer == nil && !c.closed && c.u.loopWaiting.Load() > 0 && l.waits[c.u] == 0 {
+			// Idle, while a request of another loop or of the fasthttp engine waits
+			// for a connection to its backend.
+			l.closeBackend(c)
 			continue
 		}
 		if c.closed || c.deadline == 0 || l.now < c.deadline {
@@ -500,12 +534,10 @@ func (l *loop) sweep() {
 			l.backendFailed(c, errUpstreamTimeout)
 		case c.lingering || len(c.out) > 0:
 			l.closeClient(c)
-		case c.inBody:
-			_, _ = unix.Write(c.fd, bodyTimeout)
-			l.closeClient(c)
-		case len(c.in) > 0 && !c.busy:
-			_, _ = unix.Write(c.fd, answerTimeout)
-			l.closeClient(c)
+		case c.inBody, !c.busy && (len(c.in) > 0 || !c.served):
+			// A request begun, or a new connection's first not begun: fasthttp's
+			// server answers both.
+			l.timedOut(c)
 		default:
 			l.closeClient(c)
 		}
@@ -555,6 +587,7 @@ func (l *loop) end() {
 		c.waitFor = nil
 	}
 	l.waiting = nil
+	clear(l.waits)
 	l.ended = true
 }
 
@@ -619,7 +652,9 @@ func (l *loop) writable(c *lconn) {
 		}
 		return
 	}
-	c.out = c.out[:copy(c.out, c.out[n:])]
+	if c.out = c.out[:copy(c.out, c.out[n:])]; len(c.out) == 0 {
+		c.out = emptied(c.out)
+	}
 	if c.client {
 		c.deadline = l.now + int64(l.p.opts.ClientWriteTimeout)
 	}

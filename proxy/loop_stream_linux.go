@@ -41,7 +41,7 @@ func (l *loop) startStream(c, b *lconn, r *loopResponse, end int) {
 	l.beginAnswer(c, closeClient)
 	c.streaming = true
 	body := b.in[end:]
-	b.in, b.headerEnd = b.in[:0], 0 // the body is not kept: it passes
+	b.in, b.headerEnd = emptied(b.in), 0 // the body is not kept: it passes
 	l.pass(c, b, out, body)
 }
 

@@ -142,13 +142,21 @@ func (p *Proxy) drain(srv *fasthttp.Server, engine *loopEngine, delay time.Durat
 	p.handed.wait(shutdown)
 }
 
+// requestTimeout is the body of the 408 a client gets whose request (its header or
+// its body) did not come in time, on either engine.
+const requestTimeout = "the request did not come in time\n"
+
+// serverName is the Server field of every answer whose backend named no server of its
+// own, and of the proxy's own answers, on either engine.
+const serverName = "tenantroute"
+
 // newServer returns the fasthttp server of the proxy. Its own timeouts cover only
 // what fasthttp bounds per phase (the header, the keep-alive wait); the time between
 // reads and writes of bodies is bounded by the listener's connections.
 func (p *Proxy) newServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler: p.serve,
-		Name:    "tenantroute",
+		Name:    serverName,
 		// Applied from a request's first byte to the end of its header (the proxy
 		// lifts it once the header is in: bodies are bounded between reads).
 		ReadTimeout: p.opts.ClientHeaderTimeout,
@@ -173,9 +181,25 @@ func (p *Proxy) newServer() *fasthttp.Server {
 			}
 			return fasthttp.StatusContinue
 		},
-		Concurrency: p.opts.MaxConns,
-		Logger:      clientErrorFilter{},
-		ConnState:   p.handed.connState,
+		ErrorHandler: readFailed,
+		Concurrency:  p.opts.MaxConns,
+		Logger:       clientErrorFilter{},
+		ConnState:    p.handed.connState,
+	}
+}
+
+// readFailed answers a request fasthttp's server could not read, as its default
+// handler does, but for a timeout that the connection's deadline wrapped (which the
+// default takes for a malformed request, a 400): a client too slow is told so.
+func readFailed(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		ctx.Error("Too big request header", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	case isTimeout(err):
+		ctx.Error(requestTimeout, fasthttp.StatusRequestTimeout)
+	default:
+		ctx.Error("Error when parsing request", fasthttp.StatusBadRequest)
 	}
 }
 
