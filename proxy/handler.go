@@ -163,7 +163,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 			route.observeUpstream(time.Since(ctx.Time()))
 		}
 		if err == nil {
-			u.downUntil.Store(0)
+			u.answered()
 			stripHopByHop(&ctx.Response.Header)
 			inHTTP11(&ctx.Response.Header)
 			if body != nil && !body.eof {

@@ -76,7 +76,7 @@ func (l *loop) forward(c *lconn) {
 			continue
 		}
 		if !ex.observed {
-			observeLookup(ex.outcome)
+			l.tally.lookup(ex.outcome)
 			ex.observed = true
 		}
 		b.peer, c.peer, b.tenant = c, b, route.Tenant
@@ -88,7 +88,7 @@ func (l *loop) forward(c *lconn) {
 		return
 	}
 	if !ex.observed {
-		observeLookup(ex.outcome)
+		l.tally.lookup(ex.outcome)
 		ex.observed = true
 	}
 	if ex.lastErr != nil {
@@ -260,13 +260,13 @@ func (l *loop) answerFrom(b *lconn) {
 		b.awaitBody(end, end+int(size))
 		return
 	}
-	ex.route.observeUpstream(time.Duration(l.now - ex.start.UnixNano()))
-	b.u.downUntil.Store(0)
+	l.tally.upstreamTime(ex.route, time.Duration(l.now-ex.start.UnixNano()))
+	b.u.answered()
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
 	out := appendClientResponse(l.out[:0], &r, closeClient, false)
 	out = append(out, b.in[end:end+int(size)]...)
 	l.out = out[:0]
-	observeRequest(r.status, ex.outcome)
+	l.tally.answer(r.status, ex.outcome)
 	l.releaseBackend(b, r.keep && len(b.in) == end+int(size))
 	l.respond(c, out, closeClient)
 }

@@ -141,11 +141,11 @@ func (l *loop) lookUp(c *lconn, host string) {
 func (l *loop) routed(c *lconn, route *CachedRoute, outcome Outcome) {
 	switch outcome {
 	case OutcomeNotFound:
-		observeLookup(outcome)
+		l.tally.lookup(outcome)
 		l.answer(c, fasthttp.StatusNotFound, outcome, "no tenant is served at this host\n", false)
 		return
 	case OutcomeError:
-		observeLookup(outcome)
+		l.tally.lookup(outcome)
 		l.answer(c, fasthttp.StatusServiceUnavailable, outcome, "the route of this host cannot be looked up right now\n", true)
 		return
 	}
@@ -176,7 +176,7 @@ func (l *loop) answer(c *lconn, status int, outcome Outcome, body string, retry 
 		out = append(out, "\r\n"...)
 	}
 	l.out = out[:0]
-	observeRequest(status, outcome)
+	l.tally.answer(status, outcome)
 	l.respond(c, out, closeClient)
 }
 

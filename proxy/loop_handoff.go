@@ -166,7 +166,7 @@ func (p *Proxy) finishExchange(client, backend net.Conn, unsent []byte, u *upstr
 		resp.Header.SetServer(serverName)
 		resp.SetBodyString("the backend did not answer\n")
 	} else {
-		u.downUntil.Store(0)
+		u.answered()
 		stripHopByHop(&resp.Header)
 		inHTTP11(&resp.Header)
 		if len(resp.Header.Server()) == 0 {

@@ -145,6 +145,7 @@ type loop struct {
 	fullRound   bool     // the round's poll filled its events: it may not have reported all
 	waiting     []*lconn // clients waiting for a connection to a full pool
 	waits       map[*upstream]int
+	tally       tally
 	handBack    bool // a connection was given back to a backend that requests wait for
 }
 
@@ -257,7 +258,8 @@ func newLoop(e *loopEngine) (*loop, error) {
 		return nil, fmt.Errorf("the loop engine: %w", err)
 	}
 	l := &loop{e: e, p: e.p, ep: ep, wake: wake, conns: map[int]*lconn{}, idle: map[*upstream][]*lconn{}, waits: map[*upstream]int{},
-		buf: make([]byte, 64<<10), out: make([]byte, 0, 16<<10)}
+		tally: tally{answers: map[answerKey]uint64{}},
+		buf:   make([]byte, 64<<10), out: make([]byte, 0, 16<<10)}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
 		l.closeFDs()
 		return nil, fmt.Errorf("the loop engine: %w", err)
@@ -389,6 +391,7 @@ func (l *loop) run() {
 	// What was posted after the last round: connections to adopt are closed (adopt
 	// sees the loop ended), the rest finds its connections closed.
 	l.runQueued()
+	l.tally.flush()
 }
 
 func (l *loop) watch(c *lconn, events uint32) error {
@@ -510,6 +513,7 @@ func (l *loop) readable(c *lconn) {
 
 // sweep ends what is past its deadline.
 func (l *loop) sweep() {
+	l.tally.flush()
 	if l.pausedUntil != 0 && l.now >= l.pausedUntil && !l.stopping {
 		l.pausedUntil = 0
 		_ = l.listen()

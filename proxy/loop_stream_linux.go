@@ -33,9 +33,9 @@ func (l *loop) startStream(c, b *lconn, r *loopResponse, end int) {
 		ex.mode = streamClose
 	}
 	ex.keepBackend = r.keep && ex.mode != streamClose
-	ex.route.observeUpstream(time.Duration(l.now - ex.start.UnixNano()))
-	b.u.downUntil.Store(0)
-	observeRequest(r.status, ex.outcome)
+	l.tally.upstreamTime(ex.route, time.Duration(l.now-ex.start.UnixNano()))
+	b.u.answered()
+	l.tally.answer(r.status, ex.outcome)
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
 	out := appendClientResponse(l.out[:0], r, closeClient, ex.mode == streamClose)
 	l.beginAnswer(c, closeClient)

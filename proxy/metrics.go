@@ -94,9 +94,12 @@ func ObserveLayer(layer, result string) { lookups.WithLabelValues(layer, result)
 
 func observeLookup(o Outcome) { memoryLookups[o].Inc() }
 
-func observeRequest(status int, o Outcome) {
+func observeRequest(status int, o Outcome) { observeRequests(status, o, 1) }
+
+// observeRequests counts n requests answered with status.
+func observeRequests(status int, o Outcome, n uint64) {
 	if status < 0 || status >= len(requestCounters) {
-		requests.WithLabelValues("other", outcomeNames[o]).Inc()
+		requests.WithLabelValues("other", outcomeNames[o]).Add(float64(n))
 		return
 	}
 	slot := &requestCounters[status][o]
@@ -106,7 +109,7 @@ func observeRequest(status int, o Outcome) {
 		slot.Store(&counter)
 		c = &counter
 	}
-	(*c).Inc()
+	(*c).Add(float64(n))
 }
 
 func observeRejectedConn(code string) { rejectedConns.WithLabelValues(code).Inc() }

@@ -156,6 +156,15 @@ func (u *upstream) coolDown() {
 	u.downUntil.Store(time.Now().Add(u.p.opts.BackendCooldown).UnixNano())
 }
 
+// answered ends a cool-down: the backend answered. Written only when it was down: a
+// store at every answer would move the field's cache line between the CPUs that
+// serve the backend's requests.
+func (u *upstream) answered() {
+	if u.downUntil.Load() != 0 {
+		u.downUntil.Store(0)
+	}
+}
+
 // upstreamError is a failed exchange with what the retry rules need to know.
 type upstreamError struct {
 	err    error
