@@ -41,6 +41,9 @@ type Proxy struct {
 	retryAfter string
 	bigReaders sync.Pool // response-header readers of MaxResponseHeaderBytes
 	buffers    *bufferBudget
+	// dialer dials backends for the fasthttp engine; the loop engine resolves names
+	// with its resolver too (each engine keeps its answers a minute).
+	dialer *fasthttp.TCPDialer
 }
 
 // New returns a proxy that looks routes up through chain.
@@ -51,6 +54,7 @@ func New(chain *Chain, opts Options) *Proxy {
 	p.limits = &connLimits{opts: &p.opts, perIP: map[netip.Addr]int{}}
 	p.buffers = newBufferBudget(opts.RequestBufferMemoryBytes, opts.RequestBufferBytes)
 	p.bigReaders.New = func() any { return bufio.NewReaderSize(nil, opts.MaxResponseHeaderBytes) }
+	p.dialer = &fasthttp.TCPDialer{Concurrency: 1000, Resolver: net.DefaultResolver} // fasthttp's default, with its resolver named
 	return p
 }
 

@@ -661,6 +661,8 @@ func TestEveryAnswerNamesItsServer(t *testing.T) {
 		switch r.URL.Path {
 		case "/named":
 			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nServer: app/1.2\r\nContent-Length: 2\r\n\r\nok")
+		case "/unnamed":
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nServer:\r\nContent-Length: 2\r\n\r\nok")
 		case "/hints":
 			fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		default:
@@ -671,6 +673,7 @@ func TestEveryAnswerNamesItsServer(t *testing.T) {
 	for _, tc := range []struct{ host, path, want string }{
 		{"acme.example.com", "/", "tenantroute"},
 		{"acme.example.com", "/named", "app/1.2"},
+		{"acme.example.com", "/unnamed", "tenantroute"},
 		{"acme.example.com", "/hints", "tenantroute"},
 		{"nobody.example.com", "/", "tenantroute"},
 	} {

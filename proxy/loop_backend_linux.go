@@ -3,11 +3,13 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -25,7 +27,13 @@ func (l *loop) forward(c *lconn) {
 	route := ex.route
 	for ex.attempts > 0 {
 		ex.attempts--
-		u := l.p.pick(route, ex.tried)
+		// A waiting request tried again goes back to the backend it waited for, at
+		// the head of its queue; otherwise the next backend of the route.
+		u, turn := ex.turn, ex.turn != nil
+		ex.turn = nil
+		if u == nil {
+			u = l.p.pick(route, ex.tried)
+		}
 		if u == nil {
 			break
 		}
@@ -36,7 +44,7 @@ func (l *loop) forward(c *lconn) {
 		}
 		var b *lconn
 		err := errPoolFull
-		if l.waits[u] == 0 || ex.turn {
+		if l.waits[u] == 0 || turn {
 			// (Requests of this loop that wait for a connection to u go first: a new
 			// one waits behind them.)
 			b, err = l.backend(u, ex.replayable)
@@ -65,9 +73,10 @@ func (l *loop) forward(c *lconn) {
 				continue
 			}
 			if err == errNotLoopable {
-				// A backend the loop does not dial (TLS, a name to resolve): the
-				// fasthttp engine sends this request (again, if a connection lost it:
-				// it is replayable), and counts its lookup.
+				// A backend the loop does not dial (TLS; a name not resolved yet, or
+				// of several addresses): the fasthttp engine sends this request
+				// (again, if a connection lost it: it is replayable), and counts its
+				// lookup.
 				l.handOff(c)
 				return
 			}
@@ -79,6 +88,7 @@ func (l *loop) forward(c *lconn) {
 			l.tally.lookup(ex.outcome)
 			ex.observed = true
 		}
+		ex.waitUntil = 0 // a later attempt (the connection lost) waits afresh
 		b.peer, c.peer, b.tenant = c, b, route.Tenant
 		if b.connecting {
 			b.deadline = l.now + int64(l.p.opts.DialTimeout)
@@ -142,9 +152,12 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 		b.deadline = 0
 		return b, nil
 	}
-	sa := u.sockaddr()
+	sa := u.sockaddr(l.now)
 	if sa == nil {
 		return nil, errNotLoopable
+	}
+	if l.holdsPart(u) {
+		return nil, errPoolFull
 	}
 	// Counted before it is checked (as fasthttp counts a connection before it
 	// dials): two loops, or a loop and the fasthttp engine, cannot both take the
@@ -183,6 +196,7 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 		u.loopConns.Add(-1)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
+	l.dialed[u]++
 	return b, nil
 }
 
@@ -314,10 +328,11 @@ func (l *loop) releaseBackend(b *lconn, keep bool) {
 		return
 	}
 	if b.u.loopWaiting.Load() > 0 {
-		if l.waits[b.u] == 0 {
-			// Requests wait for a connection to this backend on another loop, or
-			// in the fasthttp engine: this one is given up for them.
+		if !l.keepsFor(b.u) {
+			// Requests wait for a connection to this backend elsewhere: this one is
+			// given up for them.
 			l.closeBackendOnly(b)
+			l.nudge()
 			return
 		}
 		// This loop's first waiting request takes it once the round is over (not
@@ -327,6 +342,59 @@ func (l *loop) releaseBackend(b *lconn, keep bool) {
 	b.in, b.scanned, b.headerEnd, b.reused, b.idleSince = emptied(b.in), 0, 0, true, l.now
 	b.deadline = l.now + int64(l.p.opts.UpstreamIdleConnTimeout)
 	l.idle[b.u] = append(l.idle[b.u], b)
+}
+
+// keepsFor reports whether a connection to u given back while requests wait for one
+// stays with this loop's waiting requests rather than closing for the others': always
+// when only this loop's wait, never when the fasthttp engine's do (its requests are
+// few: those the loops handed it), and while the loop holds no more than its part of
+// the pool when other loops' wait too. Closed at every turn, a connection would be
+// dialed again at every request (a TIME_WAIT each); kept at every turn, the loop that
+// held the pool when it filled would hold it for good.
+func (l *loop) keepsFor(u *upstream) bool {
+	mine := int32(l.waits[u])
+	switch {
+	case mine == 0 || u.poolWaiting.Load() > 0:
+		return false
+	case u.loopWaiting.Load() > mine:
+		return l.dialed[u] <= l.part(u)
+	}
+	return true
+}
+
+// holdsPart reports whether, with other loops' requests waiting for a connection to
+// u, this loop holds its part of the pool already: it dials no more then, so that the
+// room another loop gave up (keepsFor) goes to that loop's requests.
+func (l *loop) holdsPart(u *upstream) bool {
+	part := l.part(u)
+	return part > 0 && u.loopWaiting.Load() > int32(l.waits[u]) && l.dialed[u] >= part
+}
+
+// part is a loop's part of u's pool when every loop wants more: the pool shared out,
+// rounded up; 0 for a pool smaller than the loops, which passes from loop to loop.
+func (l *loop) part(u *upstream) int {
+	n := len(l.e.loops)
+	if l.p.opts.MaxConnsPerBackend < n {
+		return 0
+	}
+	return (l.p.opts.MaxConnsPerBackend + n - 1) / n
+}
+
+// nudge has the other loops try their waiting requests again now, rather than at
+// their next sweep: this loop gave a connection up for them.
+func (l *loop) nudge() {
+	for _, o := range l.e.loops {
+		if o != l {
+			o.post(o.retryWaiting)
+		}
+	}
+}
+
+// undialed counts off a connection to u that leaves the loop.
+func (l *loop) undialed(u *upstream) {
+	if l.dialed[u]--; l.dialed[u] <= 0 {
+		delete(l.dialed, u)
+	}
 }
 
 // closeBackend closes b, giving back what its exchange held.
@@ -356,7 +424,11 @@ func (l *loop) closeBackendOnly(b *lconn) {
 	}
 	l.forget(b)
 	_ = unix.Close(b.fd)
+	l.undialed(b.u)
 	b.u.loopConns.Add(-1)
+	if l.waits[b.u] > 0 {
+		l.handBack = true // room for this loop's first waiting request
+	}
 }
 
 // handOffExchange finishes the exchange of c and b on a goroutine, through the
@@ -371,6 +443,7 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	unsent := append([]byte(nil), b.out...)
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
 	// The backend connection counts in loopConns until finishExchange closes it.
+	l.undialed(u)
 	bc, err := l.detach(b)
 	if err != nil {
 		u.loopConns.Add(-1)
@@ -428,9 +501,8 @@ func (l *loop) retryWaiting() {
 		if c.closed {
 			continue
 		}
-		c.ex.turn = true
+		c.ex.turn = u
 		l.forward(c)
-		c.ex.turn = false
 		if c.waitFor == u && nfull < len(full) {
 			full[nfull] = u
 			nfull++
@@ -441,23 +513,71 @@ func (l *loop) retryWaiting() {
 // errUpstreamTimeout: the backend did not answer within UpstreamTimeout.
 var errUpstreamTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
-// sockaddr is the backend's address as the loop dials it: nil for a backend it does
-// not (TLS, a name to resolve).
-func (u *upstream) sockaddr() unix.Sockaddr {
-	u.loopOnce.Do(func() {
-		if u.tls != nil {
-			return
+// sockaddr is the backend's address as the loop dials it; nil for a backend the loop
+// does not dial (TLS), or not yet: the fasthttp engine, which resolves names itself,
+// sends the request meanwhile. A name is resolved on a goroutine, never on the loop,
+// with the resolver fasthttp's dialer asks, and again once the answer is as old as
+// fasthttp keeps its own (the address in hand serves meanwhile). A name of several
+// addresses is left to the fasthttp engine, which tries each in turn.
+func (u *upstream) sockaddr(now int64) unix.Sockaddr {
+	if u.tls != nil {
+		return nil
+	}
+	a := u.loopAddr.Load()
+	if a == nil {
+		if ap, err := netip.ParseAddrPort(u.addr); err == nil {
+			a = &loopAddr{sa: sockaddrOf(ap)}
+			u.loopAddr.Store(a)
 		}
-		ap, err := netip.ParseAddrPort(u.addr)
-		if err != nil {
-			return
-		}
-		if a := ap.Addr().Unmap(); a.Is4() {
-			u.loopAddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
-		} else {
-			u.loopAddr = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
-		}
-	})
-	sa, _ := u.loopAddr.(unix.Sockaddr)
+	}
+	if (a == nil || a.until != 0 && now >= a.until) && u.loopResolving.CompareAndSwap(false, true) {
+		go u.resolveForLoop(a)
+	}
+	if a == nil {
+		return nil
+	}
+	sa, _ := a.sa.(unix.Sockaddr)
 	return sa
+}
+
+// resolveForLoop resolves the backend's name for sockaddr. A lookup that fails for a
+// moment (a timeout, a server failure) keeps the address resolved before until the
+// next try; a name that no longer exists (a Service deleted: its address may be
+// another's soon) is dialed by the loop no more. A name without an address in hand is
+// tried again sooner than one with.
+func (u *upstream) resolveForLoop(old *loopAddr) {
+	defer u.loopResolving.Store(false)
+	now := time.Now()
+	next := &loopAddr{until: now.Add(fasthttp.DefaultDNSCacheDuration).UnixNano()}
+	host, portText, err := net.SplitHostPort(u.addr)
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	if err == nil && perr == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), u.p.opts.DialTimeout)
+		addrs, err := u.p.dialer.Resolver.LookupIPAddr(ctx, host)
+		cancel()
+		var dnsErr *net.DNSError
+		switch {
+		case err == nil && len(addrs) == 1 && addrs[0].Zone == "":
+			if ip, ok := netip.AddrFromSlice(addrs[0].IP); ok {
+				next.sa = sockaddrOf(netip.AddrPortFrom(ip, uint16(port)))
+			}
+		case err != nil && old != nil && !(errors.As(err, &dnsErr) && dnsErr.IsNotFound):
+			next.sa = old.sa
+		}
+	}
+	if next.sa == nil {
+		next.until = now.Add(loopUnresolvedRetry).UnixNano()
+	}
+	u.loopAddr.Store(next)
+}
+
+// loopUnresolvedRetry: how soon a name the loop has no address for is resolved again.
+const loopUnresolvedRetry = 5 * time.Second
+
+func sockaddrOf(ap netip.AddrPort) unix.Sockaddr {
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
 }

@@ -254,6 +254,9 @@ func (l *loop) closeClient(c *lconn) {
 	if b := c.peer; b != nil {
 		l.closeBackend(b)
 	}
+	if c.waitFor != nil {
+		l.handBack = true // its place in the queue goes to the next (retryWaiting)
+	}
 	l.forget(c)
 	_ = unix.Close(c.fd)
 	l.p.limits.release(c.ip)

@@ -437,11 +437,12 @@ func appendClientResponse(out []byte, r *loopResponse, close, chunk bool) []byte
 	// could wait for the chunks a Transfer-Encoding announces.
 	noContent, named := r.status == 204, false
 	for _, f := range r.fields {
-		named = named || nameIs(f.name, "server")
-		if noContent && (nameIs(f.name, "content-length") || nameIs(f.name, "transfer-encoding")) {
-			continue
+		server := nameIs(f.name, "server")
+		if noContent && (nameIs(f.name, "content-length") || nameIs(f.name, "transfer-encoding")) || server && len(f.value) == 0 {
+			continue // (an empty Server is the proxy's, as fasthttp fills it)
 		}
 		if !dropped(f.name, r.connection) {
+			named = named || server
 			out = append(out, f.raw...)
 		}
 	}

@@ -142,9 +142,10 @@ type loop struct {
 	stopping    bool  // goAway: connections close as they fall idle
 	ended       bool
 	lastSweep   int64
-	fullRound   bool     // the round's poll filled its events: it may not have reported all
-	waiting     []*lconn // clients waiting for a connection to a full pool
-	waits       map[*upstream]int
+	fullRound   bool              // the round's poll filled its events: it may not have reported all
+	waiting     []*lconn          // clients waiting for a connection to a full pool
+	waits       map[*upstream]int // requests waiting, by backend
+	dialed      map[*upstream]int // connections, by backend
 	tally       tally
 	handBack    bool // a connection was given back to a backend that requests wait for
 }
@@ -208,8 +209,8 @@ type loopExchange struct {
 	tried        []*upstream
 	triedBuf     [4]*upstream
 	shareRefused int
-	waitUntil    int64 // waiting for a connection to a full pool until then
-	turn         bool  // a waiting request tried again, ahead of those behind it
+	waitUntil    int64     // waiting for a connection to a full pool until then
+	turn         *upstream // the backend a waiting request is tried again on, ahead of those behind it
 	lastErr      error
 	lastBackend  *upstream
 }
@@ -257,7 +258,7 @@ func newLoop(e *loopEngine) (*loop, error) {
 		_ = unix.Close(ep)
 		return nil, fmt.Errorf("the loop engine: %w", err)
 	}
-	l := &loop{e: e, p: e.p, ep: ep, wake: wake, conns: map[int]*lconn{}, idle: map[*upstream][]*lconn{}, waits: map[*upstream]int{},
+	l := &loop{e: e, p: e.p, ep: ep, wake: wake, conns: map[int]*lconn{}, idle: map[*upstream][]*lconn{}, waits: map[*upstream]int{}, dialed: map[*upstream]int{},
 		tally: tally{answers: map[answerKey]uint64{}},
 		buf:   make([]byte, 64<<10), out: make([]byte, 0, 16<<10)}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
@@ -332,6 +333,7 @@ func (l *loop) run() {
 		timeout := int(loopTick / time.Millisecond)
 		if len(l.conns) == 0 && l.pausedUntil == 0 {
 			timeout = -1
+			l.tally.flush() // no sweep comes before the next event
 		}
 		n, err := unix.EpollWait(l.ep, events, timeout)
 		if err != nil && err != unix.EINTR {
@@ -519,11 +521,13 @@ func (l *loop) sweep() {
 		_ = l.listen()
 	}
 	l.retryWaiting()
+	gaveUp := false
 	for _, c := range l.conns {
 		if !c.client && c.peer == nil && !c.closed && c.u.loopWaiting.Load() > 0 && l.waits[c.u] == 0 {
 			// Idle, while a request of another loop or of the fasthttp engine waits
 			// for a connection to its backend.
 			l.closeBackend(c)
+			gaveUp = true
 			continue
 		}
 		if c.closed || c.deadline == 0 || l.now < c.deadline {
@@ -545,6 +549,9 @@ func (l *loop) sweep() {
 		default:
 			l.closeClient(c)
 		}
+	}
+	if gaveUp {
+		l.nudge()
 	}
 }
 

@@ -33,11 +33,20 @@ type upstream struct {
 	held   map[string]int
 
 	// The loop engine's: its connections to the backend, and the backend's address
-	// as it dials it (nil when it does not: TLS, a name to resolve).
-	loopConns   atomic.Int64
-	loopWaiting atomic.Int32 // requests waiting for a connection
-	loopOnce    sync.Once
-	loopAddr    any
+	// as it dials it (see sockaddr).
+	loopConns     atomic.Int64
+	loopWaiting   atomic.Int32 // requests waiting for a connection, on either engine
+	poolWaiting   atomic.Int32 // those of the fasthttp engine
+	loopAddr      atomic.Pointer[loopAddr]
+	loopResolving atomic.Bool
+}
+
+// loopAddr is a backend's address as the loop engine dials it: sa a unix.Sockaddr, or
+// nil for none (a name of several addresses, or that did not resolve); until is when
+// a name is resolved again (0: an address, for good).
+type loopAddr struct {
+	sa    any
+	until int64
 }
 
 // errTenantShare: the request's tenant holds its share of the backend's connections.
@@ -117,7 +126,9 @@ func (u *upstream) loopRoom() bool {
 		return true
 	}
 	u.loopWaiting.Add(1)
+	u.poolWaiting.Add(1)
 	defer u.loopWaiting.Add(-1)
+	defer u.poolWaiting.Add(-1)
 	deadline := time.Now().Add(u.p.opts.DialTimeout)
 	for full() {
 		if time.Now().After(deadline) {
@@ -129,7 +140,7 @@ func (u *upstream) loopRoom() bool {
 }
 
 func (u *upstream) dialTCP() (net.Conn, error) {
-	c, err := fasthttp.DialDualStackTimeout(u.addr, u.p.opts.DialTimeout)
+	c, err := u.p.dialer.DialDualStackTimeout(u.addr, u.p.opts.DialTimeout)
 	if err != nil {
 		return nil, err
 	}
