@@ -23,7 +23,7 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.IntVar(&o.RequestBufferBytes, "request-buffer-bytes", proxy.DefaultRequestBufferBytes, "A body of declared length up to this is read whole before a backend connection is taken, so that slow uploads do not hold the backends' pools (-1: bodies always stream).")
 	fs.IntVar(&o.RequestBufferMemoryBytes, "request-buffer-memory-bytes", proxy.DefaultRequestBufferMemoryBytes, "Bytes of request bodies held whole at once, at most, and a sixteenth of it from one client address (trusted proxies excepted); past it, bodies stream.")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", proxy.DefaultMaxRequestHeaderBytes, "Largest request line and header (431 past it).")
-	fs.DurationVar(&o.ClientHeaderTimeout, "client-header-timeout", proxy.DefaultClientHeaderTimeout, "Time a client has to send a request's header, or a TLS connection its ClientHello (slow clients are cut).")
+	fs.DurationVar(&o.ClientHeaderTimeout, "client-header-timeout", proxy.DefaultClientHeaderTimeout, "Time a client has to send a request's header and the first 8 KiB of its body, or a TLS connection its ClientHello (slow clients are cut).")
 	fs.DurationVar(&o.ClientIdleTimeout, "client-idle-timeout", proxy.DefaultClientIdleTimeout, "How long a kept-alive client connection may wait for its next request.")
 	fs.DurationVar(&o.ClientReadTimeout, "client-read-timeout", proxy.DefaultClientReadTimeout, "Longest wait between two reads of a request body.")
 	fs.DurationVar(&o.ClientWriteTimeout, "client-write-timeout", proxy.DefaultClientWriteTimeout, "Longest wait between two writes of a response to a client.")

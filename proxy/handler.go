@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/valyala/fasthttp"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -357,6 +358,51 @@ var (
 	backendErrors, sharesFull oncePerSecond
 )
 
+// logLines carries the proxy's log lines to the one goroutine that writes them: a log
+// that takes no lines for a while (a node's log agent behind, its pipe full) must not
+// stall the request that logs, nor, on the loop engine, every connection of its loop.
+// Past its room, lines are dropped and counted.
+var (
+	logLines        = make(chan logLine, 64)
+	startLogWriter  sync.Once
+	logLinesDropped atomic.Int64
+)
+
+type logLine struct {
+	log logr.Logger
+	err error // nil: an Info line
+	msg string
+	kv  []any
+}
+
+// logInfo and logError write a line later, off the caller's thread.
+func logInfo(msg string, kv ...any) { logLater(logLine{log: backendLog, msg: msg, kv: kv}) }
+func logError(err error, msg string, kv ...any) {
+	logLater(logLine{log: backendLog, err: err, msg: msg, kv: kv})
+}
+
+func logLater(line logLine) {
+	startLogWriter.Do(func() { go writeLogLines() })
+	select {
+	case logLines <- line:
+	default:
+		logLinesDropped.Add(1)
+	}
+}
+
+func writeLogLines() {
+	for line := range logLines {
+		if line.err != nil {
+			line.log.Error(line.err, line.msg, line.kv...)
+		} else {
+			line.log.Info(line.msg, line.kv...)
+		}
+		if n := logLinesDropped.Swap(0); n > 0 {
+			line.log.Info("log lines were dropped while the log took none", "dropped", n)
+		}
+	}
+}
+
 // oncePerSecond lets one log line a second through, and counts the others: a flood
 // of failures must not flood the log.
 type oncePerSecond struct{ last, suppressed atomic.Int64 }
@@ -376,7 +422,7 @@ func (o *oncePerSecond) allow() (bool, int64) {
 // broken backend under load must not flood the log.
 func logBackendError(backend string, err error) {
 	if ok, suppressed := backendErrors.allow(); ok {
-		backendLog.Info("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed)
+		logInfo("backend request failed", "backend", backend, "error", err.Error(), "suppressedSinceLast", suppressed)
 	}
 }
 
@@ -384,7 +430,7 @@ func logBackendError(backend string, err error) {
 // share of its region's backends: the metric has no tenant label.
 func logTenantShareFull(route *CachedRoute) {
 	if ok, suppressed := sharesFull.allow(); ok {
-		backendLog.Info("a tenant's requests hold their share of every backend of its region; refusing more",
+		logInfo("a tenant's requests hold their share of every backend of its region; refusing more",
 			"tenant", route.Tenant, "region", route.Region, "suppressedSinceLast", suppressed)
 	}
 }

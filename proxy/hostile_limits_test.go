@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -836,6 +837,30 @@ func TestATimedOutClientIsToldSo(t *testing.T) {
 	}
 }
 
+// A small body, one a server reads with its header, comes within the header's
+// deadline on either engine (fasthttp's server reads the first 8 KiB of a body under
+// the header's timeout): were each byte to restart ClientReadTimeout, a body of a few
+// bytes trickled one a minute would hold a connection for hours.
+func TestASmallBodyComesWithinTheHeadersDeadline(t *testing.T) {
+	tp := rawProxy(t, Options{ClientHeaderTimeout: 300 * time.Millisecond, ClientReadTimeout: 2 * time.Second}, okBackend(t).URL)
+	conn := tp.dial(t)
+	io.WriteString(conn, "POST / HTTP/1.1\r\nHost: acme.example.com\r\nContent-Length: 10\r\n\r\n")
+	start := time.Now()
+	go func() {
+		for range 10 {
+			time.Sleep(150 * time.Millisecond)
+			if _, err := io.WriteString(conn, "z"); err != nil {
+				return
+			}
+		}
+	}()
+	resp, got := readResponse(t, bufio.NewReader(conn), "POST")
+	if resp.StatusCode != http.StatusRequestTimeout || got != requestTimeout {
+		t.Errorf("a 10-byte body sent a byte every 150 ms: %d %q after %v, want a 408 once the header's 300 ms passed",
+			resp.StatusCode, got, time.Since(start).Round(time.Millisecond))
+	}
+}
+
 // A backend whose pool is full serves the requests waiting for it on the connections
 // it has: a connection given back goes to a waiting request, not closed for a new one
 // to be dialed (that churn would leave a TIME_WAIT per request and could run out of
@@ -880,4 +905,52 @@ func TestAFullPoolReusesItsConnections(t *testing.T) {
 	if n := b.conns.Load(); n > clients*each/10 {
 		t.Errorf("%d requests opened %d connections to a backend of 2", clients*each, n)
 	}
+}
+
+// A log that takes no lines (a node's log agent behind, its pipe full) delays no
+// request: on the loop engine a line written on the loop's thread would stall every
+// connection the loop serves, on fasthttp's the connection that logged.
+func TestAStalledLogDelaysNoRequest(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	saved := backendLog
+	backendLog = logr.New(stalledSink{entered: entered, release: release})
+	t.Cleanup(func() { backendLog = saved }) // once the proxy stopped
+	backendErrors.last.Store(0)
+	up, _ := backend(t, "up")
+	broken := serveRequests(t, func(c net.Conn, _ *http.Request) { _ = c.Close() })
+	tp := startProxy(t, map[string]Route{
+		"down.example.com": {Tenant: "down", Region: "eu", Backends: []string{broken.URL}},
+		"up.example.com":   {Tenant: "up", Region: "eu", Backends: []string{up.URL}},
+	}, Options{})
+	t.Cleanup(func() { close(release) }) // before the proxy stops: it waits for its log lines
+	conn, br := exchange(t, tp, "GET / HTTP/1.1\r\nHost: down.example.com\r\n\r\n")
+	if resp, _ := readResponse(t, br, "GET"); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a request to a backend that closes: %d, want 502", resp.StatusCode)
+	}
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend's failure was never logged")
+	}
+	fmt.Fprint(conn, "GET / HTTP/1.1\r\nHost: up.example.com\r\n\r\n")
+	if resp, got := readResponse(t, br, "GET"); resp.StatusCode != http.StatusOK || got != "up" {
+		t.Fatalf("the next request with the log stalled: %d %q, want 200 \"up\"", resp.StatusCode, got)
+	}
+}
+
+// stalledSink is a log whose writes block until release is closed.
+type stalledSink struct{ entered, release chan struct{} }
+
+func (stalledSink) Init(logr.RuntimeInfo)            {}
+func (stalledSink) Enabled(int) bool                 { return true }
+func (s stalledSink) Info(int, string, ...any)       { s.stall() }
+func (s stalledSink) Error(error, string, ...any)    { s.stall() }
+func (s stalledSink) WithValues(...any) logr.LogSink { return s }
+func (s stalledSink) WithName(string) logr.LogSink   { return s }
+func (s stalledSink) stall() {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
 }

@@ -526,7 +526,7 @@ func (u *upstream) sockaddr(now int64) unix.Sockaddr {
 	a := u.loopAddr.Load()
 	if a == nil {
 		if ap, err := netip.ParseAddrPort(u.addr); err == nil {
-			a = &loopAddr{sa: sockaddrOf(ap)}
+			a = &loopAddr{ap: ap}
 			u.loopAddr.Store(a)
 		}
 	}
@@ -536,8 +536,11 @@ func (u *upstream) sockaddr(now int64) unix.Sockaddr {
 	if a == nil {
 		return nil
 	}
-	sa, _ := a.sa.(unix.Sockaddr)
-	return sa
+	if !a.ap.IsValid() {
+		return nil
+	}
+	// A Sockaddr of its own: Connect writes into it, and loops dial at once.
+	return sockaddrOf(a.ap)
 }
 
 // resolveForLoop resolves the backend's name for sockaddr. A lookup that fails for a
@@ -559,13 +562,13 @@ func (u *upstream) resolveForLoop(old *loopAddr) {
 		switch {
 		case err == nil && len(addrs) == 1 && addrs[0].Zone == "":
 			if ip, ok := netip.AddrFromSlice(addrs[0].IP); ok {
-				next.sa = sockaddrOf(netip.AddrPortFrom(ip, uint16(port)))
+				next.ap = netip.AddrPortFrom(ip, uint16(port))
 			}
 		case err != nil && old != nil && !(errors.As(err, &dnsErr) && dnsErr.IsNotFound):
-			next.sa = old.sa
+			next.ap = old.ap
 		}
 	}
-	if next.sa == nil {
+	if !next.ap.IsValid() {
 		next.until = now.Add(loopUnresolvedRetry).UnixNano()
 	}
 	u.loopAddr.Store(next)

@@ -44,9 +44,6 @@ func (l *loop) readClient(c *lconn, n int, err error) {
 		return
 	}
 	c.in = append(c.in, l.buf[:n]...)
-	if c.inBody {
-		c.deadline = l.now + int64(l.p.opts.ClientReadTimeout)
-	}
 	if c.busy || len(c.out) > 0 {
 		// Pipelined: held until the answer in flight is out, and not read past a
 		// header's worth meanwhile.
@@ -96,11 +93,15 @@ func (l *loop) next(c *lconn) {
 		return
 	}
 	if len(c.in) < end+r.length {
-		// The body is not all in: bounded between reads from now on, not by the
-		// header's deadline.
+		// The body is not all in. A body the loop reads (8 KiB at most) comes within
+		// the header's deadline, as fasthttp's server reads one: a byte at a time,
+		// each restarting ClientReadTimeout, a few bytes would hold the connection
+		// for hours. A header that came whole in one read starts its clock now.
+		if !c.inHeader {
+			c.deadline = l.now + int64(l.p.opts.ClientHeaderTimeout)
+		}
 		c.inHeader, c.inBody = false, true
 		c.awaitBody(end, end+r.length)
-		c.deadline = l.now + int64(l.p.opts.ClientReadTimeout)
 		return
 	}
 	var hostBuf [256]byte

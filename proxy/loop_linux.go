@@ -168,7 +168,7 @@ type lconn struct {
 	served     bool  // it had a request answered
 	busy       bool  // a request is being served
 	inHeader   bool  // a header is being received: its deadline holds
-	inBody     bool  // a body is being received: ClientReadTimeout between reads
+	inBody     bool  // the rest of a body is being received, under the header's deadline
 	headerEnd  int   // the end of the header whose body is being received (either side)
 	bodyEnd    int   // and the end of that body
 	streaming  bool  // the answer's header is out, its body passing as it comes
@@ -337,7 +337,7 @@ func (l *loop) run() {
 		}
 		n, err := unix.EpollWait(l.ep, events, timeout)
 		if err != nil && err != unix.EINTR {
-			backendLog.Error(err, "the loop engine's poll failed; its connections are closed")
+			logError(err, "the loop engine's poll failed; its connections are closed")
 			l.cutAll()
 			break
 		}
@@ -440,7 +440,7 @@ func (l *loop) accept() {
 				l.unlisten()
 				l.pausedUntil = l.now + int64(100*time.Millisecond)
 			default:
-				backendLog.Error(err, "the loop engine's accept failed")
+				logError(err, "the loop engine's accept failed")
 			}
 			return
 		}
@@ -502,7 +502,15 @@ func (l *loop) adopt(fd int, ip netip.Addr) {
 }
 
 func (l *loop) readable(c *lconn) {
-	n, err := unix.Read(c.fd, l.buf)
+	buf := l.buf
+	if c.client && (c.busy || len(c.out) > 0) && !c.lingering {
+		// Pipelined behind an answer in flight: a header's worth is held at most,
+		// not a whole read more (readClient then stops reading).
+		if room := l.p.opts.MaxRequestHeaderBytes + 1 - len(c.in); room < len(buf) {
+			buf = buf[:max(room, 1)]
+		}
+	}
+	n, err := unix.Read(c.fd, buf)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
@@ -566,11 +574,12 @@ func (l *loop) goAway() {
 		case !c.client && c.peer == nil:
 			l.closeBackend(c)
 		case c.client && !c.busy && len(c.out) == 0 && !c.lingering && len(c.in) == 0 &&
-			(c.served || l.now-c.accepted >= int64(freshConn)):
+			(c.served || l.now-c.accepted >= int64(freshConn)) && quiet(c.fd):
 			// Idle. One whose request is coming in is answered (with Connection:
 			// close), or cut by its header or body deadline; so is one accepted
-			// moments ago, whose first request may not be read yet (closed, its
-			// unread bytes would reset it).
+			// moments ago, whose first request may not be read yet, and one whose
+			// next request reached the socket since the poll: closed, their unread
+			// bytes would reset them.
 			l.closeClient(c)
 		}
 	}

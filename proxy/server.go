@@ -311,7 +311,7 @@ func logAcceptError(err error, retry time.Duration) {
 	if last := lastAcceptLog.Load(); now-last < int64(time.Second) || !lastAcceptLog.CompareAndSwap(last, now) {
 		return
 	}
-	backendLog.Info("accepting a client connection failed; trying again", "error", err.Error(), "retryIn", retry.String())
+	logInfo("accepting a client connection failed; trying again", "error", err.Error(), "retryIn", retry.String())
 }
 
 // lingerTimeout is how long a closing client connection is still read from, so that

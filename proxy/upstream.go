@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -41,11 +42,11 @@ type upstream struct {
 	loopResolving atomic.Bool
 }
 
-// loopAddr is a backend's address as the loop engine dials it: sa a unix.Sockaddr, or
-// nil for none (a name of several addresses, or that did not resolve); until is when
-// a name is resolved again (0: an address, for good).
+// loopAddr is a backend's address as the loop engine dials it: ap, or none (a name of
+// several addresses, or that did not resolve); until is when a name is resolved again
+// (0: an address, for good).
 type loopAddr struct {
-	sa    any
+	ap    netip.AddrPort
 	until int64
 }
 
