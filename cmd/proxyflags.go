@@ -32,8 +32,8 @@ func bindProxyFlags(fs *flag.FlagSet, o *proxy.Options, chain *proxy.ChainOption
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "Then, how long requests, streams and WebSocket tunnels in flight may take to finish (tunnels get a close frame) before the proxy exits.")
 	fs.IntVar(&o.MaxConns, "max-conns", proxy.DefaultMaxConns, "Client connections at most (503 past it).")
 	fs.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", proxy.DefaultMaxConnsPerIP, "Client connections from one address at most, an IPv6 address counting by its --ipv6-client-prefix (429 past it); trusted proxies are exempt.")
-	o.Engine = proxy.EngineFasthttp
-	fs.Func("proxy-engine", "The engine of the plain-HTTP listener: fasthttp, or loop (experimental, Linux, a proxy without HTTPS): event loops that forward plain requests themselves and hand the rest to fasthttp; docs/proxy.md. (default fasthttp)", func(v string) error {
+	o.Engine = proxy.DefaultEngine
+	fs.Func("proxy-engine", "The engine of the plain-HTTP listener: loop (Linux; a proxy with HTTPS on serves every listener with fasthttp), event loops that forward plain requests themselves and hand the rest to fasthttp's server; or fasthttp, a goroutine a connection; docs/proxy.md. (default "+proxy.DefaultEngine+")", func(v string) error {
 		if v != proxy.EngineFasthttp && v != proxy.EngineLoop {
 			return fmt.Errorf("%q is not an engine: fasthttp or loop", v)
 		}

@@ -14,11 +14,13 @@
 #            hack/bench/zipf.lua): the host -> tenant lookup and each peer's vhost
 #            matching on the path; an unknown host would be a 404 and fails the run
 #   ROUNDS=3 DURATION=10s     rounds of each kind and the length of one measurement
-#   PEERS="nginx haproxy caddy floor"   who runs beside the proxy; "floorwork" adds the
+#   PEERS="nginx haproxy caddy floor loop"   who runs beside "proxy" (the proxy with
+#                             HTTPS on, so on the fasthttp engine; --proxy-engine fasthttp
+#                             without it): "loop" is the proxy without HTTPS, on its
+#                             default loop engine (plain HTTP only); "floorwork" adds the
 #                             floor doing the proxy's per-request work (floor -work),
 #                             "floorinplace" the same work line by line, as nginx does it
-#                             (floor -work -inplace); "loop" the proxy on its loop engine
-#                             (plain HTTP only: the engine serves no TLS listener)
+#                             (floor -work -inplace)
 # Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -27,7 +29,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 duration="${DURATION:-10s}"
 rounds="${ROUNDS:-3}"
 kinds="${KINDS:-plain tls hosts}"
-peers="${PEERS:-nginx haproxy caddy floor}"
+peers="${PEERS:-nginx haproxy caddy floor loop}"
 nhosts=10000
 work="$(mktemp -d)"
 pids=()
@@ -58,7 +60,7 @@ declare -A cpu_pids
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
 "${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 -hosts "${nhosts}" \
-  -tls-listen 127.0.0.1:19012 -cert-dir "${work}/certs" & pids+=($!)
+  -tls-listen 127.0.0.1:19012 -cert-dir "${work}/certs" -engine fasthttp & pids+=($!)
 cpu_pids[proxy]=$!
 
 if [[ " ${peers} " == *" floor "* ]]; then

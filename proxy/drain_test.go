@@ -358,6 +358,7 @@ func serveUntilCancel(t *testing.T, p *Proxy) (addr string, cancel func(), serve
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.opts.Engine = testEngine
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()

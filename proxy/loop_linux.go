@@ -18,6 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DefaultEngine is the engine cmd/ serves the plain listener with unless told
+// otherwise: the loop engine, where it runs.
+const DefaultEngine = EngineLoop
+
 // loopEngine serves the plain listener on event loops, one a CPU, each on its own
 // thread: a readable socket is read once, a request forwarded with one write and its
 // answer with another, with no goroutine woken between (the fasthttp engine pays a

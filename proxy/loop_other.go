@@ -10,6 +10,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// DefaultEngine is the engine cmd/ serves the plain listener with unless told
+// otherwise: fasthttp's, since the loop engine runs on Linux only.
+const DefaultEngine = EngineFasthttp
+
 type loopEngine struct{}
 
 func startLoopEngine(*Proxy, *fasthttp.Server, net.Listener, *handoffListener) (*loopEngine, error) {

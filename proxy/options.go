@@ -88,9 +88,9 @@ type Options struct {
 	// and WebSocket tunnels in flight may take to finish.
 	ShutdownDelay   time.Duration
 	ShutdownTimeout time.Duration
-	// Engine serves the plain listener: EngineFasthttp (the default) or EngineLoop.
-	// The loop engine serves only a proxy without HTTPS; with HTTPS on, every
-	// listener is fasthttp's.
+	// Engine serves the plain listener: EngineLoop or EngineFasthttp (empty: fasthttp;
+	// cmd/'s flag defaults to DefaultEngine). The loop engine serves only a proxy
+	// without HTTPS; with HTTPS on, every listener is fasthttp's.
 	Engine string
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -58,9 +59,9 @@ func backend(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
 	return srv, &hits
 }
 
-// testEngine is the engine the tests serve the proxy with (TENANTROUTE_PROXY_ENGINE:
-// fasthttp, the default, or loop): make test runs the suite with each.
-var testEngine = os.Getenv("TENANTROUTE_PROXY_ENGINE")
+// testEngine is the engine the tests serve the proxy with: TENANTROUTE_PROXY_ENGINE
+// (loop or fasthttp), or the binary's default; make test runs the suite with each.
+var testEngine = cmp.Or(os.Getenv("TENANTROUTE_PROXY_ENGINE"), DefaultEngine)
 
 type testProxy struct {
 	p      *Proxy

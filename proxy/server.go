@@ -89,6 +89,11 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 		go func() { errs <- srv.Serve(p.Listener(ln)) }()
 	}
 	p.serving.Store(true) // the listeners are bound: connections wait in their backlog
+	engineName := EngineFasthttp
+	if engine != nil {
+		engineName = EngineLoop
+	}
+	logInfo("the proxy listens", "address", ln.Addr().String(), "engine", engineName, "https", p.tls != nil && tln != nil)
 	if p.tls != nil && tln != nil {
 		p.tls.Certificates.Listening(ln.Addr(), tln.Addr())
 		go p.tls.Certificates.Run(ctx)

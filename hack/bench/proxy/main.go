@@ -57,7 +57,7 @@ func main() {
 	genCert := flag.String("gen-cert", "", "write a certificate for bench.example.com (and 127.0.0.1, which wrk sends as SNI) into this directory and exit")
 	h2Listen := flag.String("h2-listen", "", "also serve HTTP/2 over TLS here through net/http (a front sharing the routing chain), for comparison")
 	hosts := flag.Int("hosts", 0, "also route t0 to tN-1.bench.example.com")
-	engine := flag.String("engine", proxy.EngineFasthttp, "the engine of the plain listener: fasthttp or loop (without -tls-listen)")
+	engine := flag.String("engine", proxy.DefaultEngine, "the engine of the plain listener: fasthttp or loop (without -tls-listen)")
 	flag.Parse()
 	if *genCert != "" {
 		if err := writeCert(*genCert); err != nil {
