@@ -2,6 +2,7 @@
 # Measures what a Redis outage adds to the proxy's p99: routes live in memory for 1 ms
 # only, so nearly every request looks its route up in Redis; then Redis is killed and
 # the lookups go, through the open circuit breaker, to the lookup endpoint.
+# ENGINE=loop (the default) or fasthttp: the engine of the proxy's plain listener.
 # Needs redis-server and wrk (apt-get install redis-server wrk).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -18,7 +19,7 @@ for tool in redis-server wrk; do command -v "$tool" >/dev/null || { echo "$tool 
 redis-server --port 19379 --bind 127.0.0.1 --save "" --appendonly no >/dev/null & redis_pid=$!; pids+=($redis_pid)
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
 sleep 0.5
-"${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 -redis 127.0.0.1:19379 -route-ttl 1ms & pids+=($!)
+"${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 -redis 127.0.0.1:19379 -route-ttl 1ms -engine "${ENGINE:-loop}" & pids+=($!)
 sleep 1
 
 run() { wrk -t1 -c50 -d"${duration}" --latency -H 'Host: bench.example.com' http://127.0.0.1:19002/ > "${work}/$1.txt"; }

@@ -369,16 +369,30 @@ var (
 )
 
 type logLine struct {
-	log logr.Logger
-	err error // nil: an Info line
-	msg string
-	kv  []any
+	log  logr.Logger
+	err  error // nil: an Info line
+	msg  string
+	kv   []any
+	done chan struct{} // flushLogLines' mark, closed once reached
 }
 
 // logInfo and logError write a line later, off the caller's thread.
 func logInfo(msg string, kv ...any) { logLater(logLine{log: backendLog, msg: msg, kv: kv}) }
 func logError(err error, msg string, kv ...any) {
 	logLater(logLine{log: backendLog, err: err, msg: msg, kv: kv})
+}
+
+// flushLogLines waits, up to d, for the lines queued so far to be written: the
+// process exits once the proxy drained, and lines still queued would be lost.
+func flushLogLines(d time.Duration) {
+	done := make(chan struct{})
+	logLater(logLine{done: done})
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func logLater(line logLine) {
@@ -392,9 +406,13 @@ func logLater(line logLine) {
 
 func writeLogLines() {
 	for line := range logLines {
-		if line.err != nil {
+		switch {
+		case line.done != nil:
+			close(line.done)
+			continue
+		case line.err != nil:
 			line.log.Error(line.err, line.msg, line.kv...)
-		} else {
+		default:
 			line.log.Info(line.msg, line.kv...)
 		}
 		if n := logLinesDropped.Swap(0); n > 0 {

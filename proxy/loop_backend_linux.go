@@ -152,8 +152,8 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 		b.deadline = 0
 		return b, nil
 	}
-	sa := u.sockaddr(l.now)
-	if sa == nil {
+	ap := u.dialAddr(l.now)
+	if !ap.IsValid() {
 		return nil, errNotLoopable
 	}
 	if l.holdsPart(u) {
@@ -169,6 +169,8 @@ func (l *loop) backend(u *upstream, replayable bool) (*lconn, error) {
 		u.pool.CloseIdleConnections()
 		return nil, errPoolFull
 	}
+	// A Sockaddr of its own: Connect writes into it, and loops dial at once.
+	sa := sockaddrOf(ap)
 	family := unix.AF_INET
 	if _, ok := sa.(*unix.SockaddrInet6); ok {
 		family = unix.AF_INET6
@@ -513,15 +515,15 @@ func (l *loop) retryWaiting() {
 // errUpstreamTimeout: the backend did not answer within UpstreamTimeout.
 var errUpstreamTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
-// sockaddr is the backend's address as the loop dials it; nil for a backend the loop
+// dialAddr is the backend's address as the loop dials it; none for a backend the loop
 // does not dial (TLS), or not yet: the fasthttp engine, which resolves names itself,
 // sends the request meanwhile. A name is resolved on a goroutine, never on the loop,
 // with the resolver fasthttp's dialer asks, and again once the answer is as old as
 // fasthttp keeps its own (the address in hand serves meanwhile). A name of several
 // addresses is left to the fasthttp engine, which tries each in turn.
-func (u *upstream) sockaddr(now int64) unix.Sockaddr {
+func (u *upstream) dialAddr(now int64) netip.AddrPort {
 	if u.tls != nil {
-		return nil
+		return netip.AddrPort{}
 	}
 	a := u.loopAddr.Load()
 	if a == nil {
@@ -534,16 +536,12 @@ func (u *upstream) sockaddr(now int64) unix.Sockaddr {
 		go u.resolveForLoop(a)
 	}
 	if a == nil {
-		return nil
+		return netip.AddrPort{}
 	}
-	if !a.ap.IsValid() {
-		return nil
-	}
-	// A Sockaddr of its own: Connect writes into it, and loops dial at once.
-	return sockaddrOf(a.ap)
+	return a.ap
 }
 
-// resolveForLoop resolves the backend's name for sockaddr. A lookup that fails for a
+// resolveForLoop resolves the backend's name for dialAddr. A lookup that fails for a
 // moment (a timeout, a server failure) keeps the address resolved before until the
 // next try; a name that no longer exists (a Service deleted: its address may be
 // another's soon) is dialed by the loop no more. A name without an address in hand is

@@ -54,7 +54,7 @@ func TestABackendNamedByDNSIsServedOnItsOwnConnection(t *testing.T) {
 			}
 			loopDials := testEngine == EngineLoop && len(tc.ips) == 1
 			if loopDials {
-				waitFor(t, 5*time.Second, "the name resolved for the loop", func() bool { return u.sockaddr(time.Now().UnixNano()) != nil })
+				waitFor(t, 5*time.Second, "the name resolved for the loop", func() bool { return u.dialAddr(time.Now().UnixNano()).IsValid() })
 			}
 			conn := tp.dial(t)
 			br := bufio.NewReader(conn)

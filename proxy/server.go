@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/netip"
 	"strings"
@@ -120,6 +119,7 @@ func (p *Proxy) ServeUntil(ctx context.Context, ln, tln net.Listener) error {
 // ShutdownTimeout to finish, tunnels with a close frame to both their ends. What is
 // left then is cut.
 func (p *Proxy) drain(srv *fasthttp.Server, engine *loopEngine, delay time.Duration) {
+	defer flushLogLines(time.Second)
 	p.draining.Store(true)
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -210,14 +210,15 @@ func readFailed(ctx *fasthttp.RequestCtx, err error) {
 
 // clientErrorFilter drops fasthttp's log line for each connection a client broke (a
 // failed TLS handshake, a malformed request): on the internet those come by the
-// thousand and say nothing about the proxy; the metrics count them.
+// thousand and say nothing about the proxy; the metrics count them. The others go
+// through the proxy's log queue, as its own lines do.
 type clientErrorFilter struct{}
 
 func (clientErrorFilter) Printf(format string, args ...any) {
 	if strings.HasPrefix(format, "error when serving connection") {
 		return
 	}
-	log.Printf(format, args...)
+	logInfo("fasthttp's server", "line", fmt.Sprintf(format, args...))
 }
 
 // Listener wraps ln with the proxy's connection limits (in total and per client
