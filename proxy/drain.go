@@ -161,6 +161,9 @@ func (h *handedOver) take(c net.Conn, t *tunnel) func() {
 		h.conns[c] = struct{}{}
 	}
 	return func() {
+		if t != nil {
+			t.end()
+		}
 		h.mu.Lock()
 		delete(h.tunnels, t)
 		delete(h.conns, c)
@@ -217,6 +220,18 @@ type tunnel struct {
 func newTunnel(client, backend net.Conn) *tunnel {
 	return &tunnel{client: client, backend: backend,
 		up: direction{dst: backend, masked: true}, down: direction{dst: client}}
+}
+
+// end stops every write to the tunnel's ends, before its handler returns: fasthttp
+// then puts the client connection's wrapper back in its pool, and a close frame that
+// a drain's goAway, started a moment before, wrote later would go to a nil connection
+// (a panic) or to the connection the wrapper holds next.
+func (t *tunnel) end() {
+	for _, d := range []*direction{&t.up, &t.down} {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+	}
 }
 
 func (t *tunnel) goAway() {

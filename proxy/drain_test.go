@@ -448,3 +448,27 @@ func TestStopNowSkipsTheDelayNotWhatIsInFlight(t *testing.T) {
 		t.Fatal("the drain did not end once nothing was in flight")
 	}
 }
+
+// A drain's close frame that reaches a tunnel after its handler returned writes
+// nothing: fasthttp puts the client connection's wrapper back in its pool then, and
+// the frame would go to a nil connection (a drain test panicked so) or to the
+// connection the wrapper holds next.
+func TestAnEndedTunnelIsWrittenNoMore(t *testing.T) {
+	client, backend := &writeCounter{}, &writeCounter{}
+	var h handedOver
+	tn := newTunnel(client, backend)
+	release := h.take(client, tn)
+	release() // the handler returns, as the drain's goAway goroutine is about to run
+	tn.goAway()
+	if client.writes != 0 || backend.writes != 0 {
+		t.Errorf("an ended tunnel was written to: %d writes to the client, %d to the backend, want none", client.writes, backend.writes)
+	}
+}
+
+// writeCounter is a connection that counts the writes to it.
+type writeCounter struct {
+	net.Conn
+	writes int
+}
+
+func (w *writeCounter) Write(b []byte) (int, error) { w.writes++; return len(b), nil }

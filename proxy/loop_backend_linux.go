@@ -130,6 +130,10 @@ func quiet(fd int) bool {
 // peekAfter: an idle connection this old is peeked at before it is reused.
 const peekAfter = time.Second
 
+// handOverFailed answers a client whose exchange could not be handed to the fasthttp
+// engine (no descriptor to spare), before any of the backend's answer reached it.
+var handOverFailed = []byte("HTTP/1.1 502 Bad Gateway\r\nServer: " + serverName + "\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+
 var (
 	errNotLoopable = errors.New("the loop engine does not dial this backend")
 	errPoolFull    = errors.New("every connection the proxy may open to the backend is busy")
@@ -446,14 +450,15 @@ func (l *loop) handOffExchange(c, b *lconn) {
 	closeClient := ex.close || l.stopping || l.p.draining.Load()
 	// The backend connection counts in loopConns until finishExchange closes it.
 	l.undialed(u)
-	bc, err := l.detach(b)
+	bc, err := l.detach(b, nil)
 	if err != nil {
 		u.loopConns.Add(-1)
 		u.give(tenant)
+		_, _ = unix.Write(c.fd, handOverFailed)
 		l.closeClient(c)
 		return
 	}
-	cc, err := l.detach(c)
+	cc, err := l.detach(c, handOverFailed)
 	if err != nil {
 		l.p.limits.release(c.ip)
 		u.loopConns.Add(-1)

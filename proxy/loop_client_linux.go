@@ -266,7 +266,7 @@ func (l *loop) closeClient(c *lconn) {
 // handOff gives c to the fasthttp server, with what was read of it. Nothing of its
 // request was forwarded yet, or a GET or HEAD that a reused connection lost.
 func (l *loop) handOff(c *lconn) {
-	nc, err := l.detach(c)
+	nc, err := l.detach(c, tooManyConns)
 	if err != nil {
 		l.p.limits.release(c.ip)
 		return
@@ -276,11 +276,17 @@ func (l *loop) handOff(c *lconn) {
 	l.e.handoff.push(ic)
 }
 
-// detach takes c off the loop as a net.Conn that first reads what c.in holds.
-func (l *loop) detach(c *lconn) (net.Conn, error) {
+// detach takes c off the loop as a net.Conn that first reads what c.in holds. When
+// it cannot (no descriptor to spare: the process at its limit), refusal is written to
+// c, so that a client is answered rather than dropped, and c is closed.
+func (l *loop) detach(c *lconn, refusal []byte) (net.Conn, error) {
 	l.forget(c)
 	f := os.NewFile(uintptr(c.fd), "")
 	nc, err := net.FileConn(f) // a descriptor of its own, in Go's poller
+	if err != nil && refusal != nil {
+		_, _ = unix.Write(c.fd, refusal)
+		_ = unix.Shutdown(c.fd, unix.SHUT_WR)
+	}
 	_ = f.Close()
 	if err != nil {
 		return nil, err
