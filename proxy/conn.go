@@ -40,6 +40,14 @@ type idleConn struct {
 	// it: a client still uploading when the proxy (or its backend) answered early
 	// would see "connection reset" instead of the 401 or 413.
 	linger time.Duration
+	// lookupCounted: the loop engine counted the route lookup of the first request
+	// it hands over on this connection (it sent that request to a backend that
+	// failed); the fasthttp engine looks the route up again but does not count it.
+	lookupCounted atomic.Bool
+	// readBy (Unix ns, 0: none) caps the next read deadline set: a request the loop
+	// engine hands over mid-header keeps the deadline its first byte started, which
+	// fasthttp's server would set afresh.
+	readBy atomic.Int64
 }
 
 // Once Close has been called, deadlines are left alone: the lingering close set its
@@ -94,6 +102,9 @@ func (c *idleConn) SetReadDeadline(t time.Time) error {
 	defer c.readMu.Unlock()
 	if c.closed.Load() {
 		return nil // the lingering close owns the deadline now
+	}
+	if by := c.readBy.Load(); by != 0 && c.readBy.Swap(0) != 0 && (t.IsZero() || t.UnixNano() > by) {
+		t = time.Unix(0, by)
 	}
 	c.readHard.Store(!t.IsZero())
 	c.readUntil.Store(0)

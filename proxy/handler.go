@@ -104,7 +104,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	route, outcome := p.chain.LookupAt(ctx, host, ctx.Time().UnixNano())
-	observeLookup(outcome)
+	if ic, ok := ctx.Conn().(*idleConn); !ok || !ic.lookupCounted.Load() || !ic.lookupCounted.Swap(false) {
+		observeLookup(outcome)
+	}
 	switch outcome {
 	case OutcomeNotFound:
 		p.refuse(ctx, fasthttp.StatusNotFound, outcome, "no tenant is served at this host\n")

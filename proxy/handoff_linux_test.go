@@ -6,19 +6,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 )
 
-// A client whose request the loop hands to fasthttp's server when the process has no
-// descriptor to spare (the hand-over takes one, its own in Go's poller) is answered,
-// 503 with Retry-After, not dropped.
-func TestAHandOverWithoutADescriptorIsAnswered(t *testing.T) {
-	// On the loop engine whatever the suite's engine: only it hands connections over.
-	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
-		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{okBackend(t).URL}}}}), Options{Engine: EngineLoop})
+// serveLoop serves p, made with Engine: EngineLoop whatever the suite's engine (only
+// the loop hands connections over), until the test ends; it returns the address.
+func serveLoop(t *testing.T, p *Proxy) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +26,16 @@ func TestAHandOverWithoutADescriptorIsAnswered(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
 	t.Cleanup(func() { p.StopNow(); cancel(); <-done })
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	return ln.Addr().String()
+}
+
+// A client whose request the loop hands to fasthttp's server when the process has no
+// descriptor to spare (the hand-over takes one, its own in Go's poller) is answered,
+// 503 with Retry-After, not dropped.
+func TestAHandOverWithoutADescriptorIsAnswered(t *testing.T) {
+	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{okBackend(t).URL}}}}), Options{Engine: EngineLoop})
+	conn, err := net.Dial("tcp", serveLoop(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,5 +79,67 @@ func TestAHandOverWithoutADescriptorIsAnswered(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("a request handed over without a descriptor to spare: %d (Retry-After %q), want 503 with Retry-After",
 			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// A request the loop sent to a backend that failed, and then hands to the fasthttp
+// engine for the next backend (one the loop does not dial: a name of two addresses),
+// has its route lookup counted once, as every request has, not once by each engine.
+func TestAHandedOverLookupIsCountedOnce(t *testing.T) {
+	// A backend whose accept queue is full: its listener drops the loop's SYN, so the
+	// loop's connection is opened (counting the lookup) and times out dialing.
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(lfd) })
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(lfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	for range 2 { // a backlog of 0 queues one; the second makes sure
+		c, err := net.DialTimeout("tcp", full, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(okBackend(t).URL, "http://"))
+	named := "http://backend.eu.svc.cluster.local:" + port
+	// The route's first request starts at its second backend: the full one.
+	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{named, "http://" + full}}}}),
+		Options{Engine: EngineLoop, DialTimeout: 300 * time.Millisecond})
+	p.dialer.Resolver = tableResolver{"backend.eu.svc.cluster.local": {"127.0.0.1", "127.0.0.2"}}
+	addr := serveLoop(t, p)
+
+	counted := func() float64 { // the memory layer's hits and misses (outcomes share them)
+		return testutil.ToFloat64(memoryLookups[OutcomeHit]) + testutil.ToFloat64(memoryLookups[OutcomeResolved])
+	}
+	before := counted()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(conn, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
+	if resp, got := readResponse(t, bufio.NewReader(conn), "GET"); resp.StatusCode != http.StatusOK || got != "ok" {
+		t.Fatalf("the request: %d %q, want 200 \"ok\" from the named backend", resp.StatusCode, got)
+	}
+	if u, err := p.upstream("http://" + full); err != nil || u.downUntil.Load() == 0 {
+		t.Fatal("the full backend was not tried first: the case is not reached")
+	}
+	// The loop adds its counts to the metric at its next sweep (every 25 ms).
+	time.Sleep(200 * time.Millisecond)
+	if got := counted() - before; got != 1 {
+		t.Errorf("one request's route lookups counted %v times, want 1", got)
 	}
 }

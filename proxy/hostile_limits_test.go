@@ -106,6 +106,28 @@ func TestSlowHeaderClientIsCut(t *testing.T) {
 	}
 }
 
+// A slow header that turns, late, into one the loop hands to fasthttp's server (a
+// bare LF ending a line) still ends at the deadline its first byte started: the hand-
+// over gives it no fresh ClientHeaderTimeout, which a client would take again and
+// again to hold its connection for twice as long.
+func TestAHeaderHandedOverLateKeepsItsDeadline(t *testing.T) {
+	rec := newRecorder(t, nil)
+	tp := rawProxy(t, Options{ClientHeaderTimeout: time.Second}, rec.URL)
+	conn := tp.dial(t)
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n")
+	time.Sleep(800 * time.Millisecond)
+	io.WriteString(conn, "X-Late: a bare LF\n")
+	_, _ = io.Copy(io.Discard, conn)
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("a header of 1 s deadline, handed over at 800 ms, held its connection for %s", took.Round(time.Millisecond))
+	}
+	if n := len(rec.requests()); n != 0 {
+		t.Errorf("the backend saw %d requests", n)
+	}
+}
+
 // A body is bounded between reads, not as a whole: a steady slow upload passes, a
 // client that stalls mid-body is cut.
 func TestRequestBodiesAreBoundedBetweenReads(t *testing.T) {

@@ -273,6 +273,10 @@ func (l *loop) handOff(c *lconn) {
 	}
 	ic := newIdleConn(nc, l.p.opts.ClientReadTimeout, l.p.opts.ClientWriteTimeout, func() { l.p.limits.release(c.ip) })
 	ic.linger = lingerTimeout
+	ic.lookupCounted.Store(c.ex.observed)
+	if c.inHeader || c.inBody {
+		ic.readBy.Store(c.deadline)
+	}
 	l.e.handoff.push(ic)
 }
 
