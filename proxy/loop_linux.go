@@ -377,9 +377,13 @@ func (l *loop) run() {
 				if (ev.Events&unix.EPOLLOUT != 0 || failed) && (len(c.out) > 0 || c.connecting) {
 					l.writable(c)
 				}
-				// A connection whose reads are held back is read when it fails, or
-				// its error would be reported again at every round.
-				if !c.closed && (ev.Events&unix.EPOLLIN != 0 && c.events&unix.EPOLLIN != 0 || failed) {
+				switch {
+				case c.closed:
+				case failed && c.events&unix.EPOLLIN == 0 && l.failHeld(c):
+				// A connection whose reads are held back is read when it fails (hung
+				// up without an error), or its failure would be reported again at
+				// every round.
+				case ev.Events&unix.EPOLLIN != 0 && c.events&unix.EPOLLIN != 0 || failed:
 					l.readable(c)
 				}
 			}
@@ -523,6 +527,26 @@ func (l *loop) readable(c *lconn) {
 	} else {
 		l.readBackend(c, n, err)
 	}
+}
+
+// failHeld ends a connection whose reads are held back (a stream's backend while its
+// client is slower, a client pipelining while its answer is out) when it failed (a
+// reset): what it holds unread is of no use then. Read, it would be read a round at a
+// time, as the failure is reported at every round, and kept: a stream's backend's
+// whole receive buffer as the client's unsent answer, or a pipelining client's a byte
+// a round (its reads are held to a header's worth). One without an error pending is
+// read as before.
+func (l *loop) failHeld(c *lconn) bool {
+	errno, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil || errno == 0 {
+		return false
+	}
+	if c.client {
+		l.readClient(c, -1, syscall.Errno(errno))
+	} else {
+		l.readBackend(c, -1, syscall.Errno(errno))
+	}
+	return true
 }
 
 // sweep ends what is past its deadline.
