@@ -529,23 +529,23 @@ func (l *loop) readable(c *lconn) {
 	}
 }
 
-// failHeld ends a connection whose reads are held back (a stream's backend while its
-// client is slower, a client pipelining while its answer is out) when it failed (a
-// reset): what it holds unread is of no use then. Read, it would be read a round at a
-// time, as the failure is reported at every round, and kept: a stream's backend's
-// whole receive buffer as the client's unsent answer, or a pipelining client's a byte
-// a round (its reads are held to a header's worth). One without an error pending is
-// read as before.
+// failHeld handles the failure (a reset, a hang-up) of a connection whose reads are
+// held back; it reports whether it did. A client that reset while its answer was out
+// (it pipelined, or half-closed) is closed: nothing sent can reach it, and its reads,
+// held to a header's worth, would take what it had sent a byte a round (the failure is
+// reported at every round), keeping each. A stream's backend's failure waits for its
+// client to take what was written (its reads are edge-triggered meanwhile, and report
+// it once): what it sent before its reset may end its body. A client that hung up
+// without an error is read as before.
 func (l *loop) failHeld(c *lconn) bool {
+	if !c.client {
+		return true
+	}
 	errno, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 	if err != nil || errno == 0 {
 		return false
 	}
-	if c.client {
-		l.readClient(c, -1, syscall.Errno(errno))
-	} else {
-		l.readBackend(c, -1, syscall.Errno(errno))
-	}
+	l.readClient(c, -1, syscall.Errno(errno))
 	return true
 }
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -86,22 +88,94 @@ func TestAPipeliningClientThatResetsIsReadNoMore(t *testing.T) {
 	}
 }
 
-// A stream's backend that resets while its client is slower (its reads held) ends the
-// stream at the reset: were its failure read as data, the loop would read the rest of
-// its receive buffer into the client's unsent answer, a read a round.
-func TestAStreamsBackendThatResetsIsReadNoMore(t *testing.T) {
-	backend := serveRequests(t, func(c net.Conn, _ *http.Request) {
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n")
-		chunk := make([]byte, 64<<10)
-		for {
-			// Until the proxy holds its reads and every buffer between is full.
-			_ = c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
-			if _, err := c.Write(chunk); err != nil {
-				break
+// A stream's backend that resets while its client is slower (its reads held) is read
+// no further until the client took what was written: the body it sent before the reset
+// may be whole, and reaches the client if so; if not, the client's connection is cut
+// (its header said more would come). Were the reset read at once, at every round it is
+// reported, the rest of the backend's receive buffer would pile up as the client's
+// unsent answer; were the stream ended at the reset, a whole body would be cut.
+func TestAStreamsBackendThatResetsIsReadAtTheClientsPace(t *testing.T) {
+	t.Run("cut", func(t *testing.T) {
+		reset := make(chan struct{})
+		e, conn := streamThenReset(t, func(c net.Conn) {
+			defer close(reset)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n")
+			chunk := make([]byte, 64<<10)
+			for {
+				// Until the proxy holds its reads and every buffer between is full.
+				_ = c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
 			}
+		})
+		select { // the client reads nothing meanwhile
+		case <-reset:
+		case <-time.After(8 * time.Second):
+			t.Fatal("the backend did not reset")
 		}
+		// Some rounds after the reset: one read of the backend, with the answer's
+		// header, is what a paused stream holds.
+		most := 0
+		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+			onLoops(e, func(l *loop) {
+				for _, c := range l.conns {
+					if c.client {
+						most = max(most, len(c.out))
+					}
+				}
+			})
+		}
+		if limit := 64<<10 + 1<<10; most > limit {
+			t.Errorf("after its backend's reset, a stream held %d bytes for its client, want one read (%d) at most", most, limit)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, resp.Body); err == nil {
+			t.Errorf("a body cut by the backend's reset came to an end after %d bytes, want it cut short", n)
+		}
+	})
+	t.Run("whole", func(t *testing.T) {
+		const size = 8 << 20
+		_, conn := streamThenReset(t, func(c net.Conn) {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+			_, _ = c.Write(make([]byte, size))
+			// The reset once all of it reached the proxy's receive buffer, while the
+			// client, slower, has yet to take the end of it.
+			raw, _ := c.(teeConn).Conn.(*net.TCPConn).SyscallConn()
+			for unsent, deadline := 1, time.Now().Add(8*time.Second); unsent > 0 && time.Now().Before(deadline); {
+				_ = raw.Control(func(fd uintptr) { unsent, _ = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) })
+				time.Sleep(time.Millisecond)
+			}
+		})
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for err == nil { // 16 KiB every 2 ms: 8 MB/s
+			var m int64
+			m, err = io.CopyN(io.Discard, resp.Body, 16<<10)
+			n += m
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err != io.EOF || n != size {
+			t.Errorf("a whole body sent before the backend's reset: %d bytes (%v), want %d", n, err, size)
+		}
+	})
+}
+
+// streamThenReset serves one request whose answer send writes, from a backend that
+// then closes its connection with a reset; it returns the loops and the client's
+// connection, its request sent.
+func streamThenReset(t *testing.T, send func(c net.Conn)) (*loopEngine, net.Conn) {
+	t.Helper()
+	backend := serveRequests(t, func(c net.Conn, _ *http.Request) {
+		send(c)
 		_ = c.(teeConn).Conn.(*net.TCPConn).SetLinger(0)
-		c.Close() // with a reset
+		c.Close()
 	})
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend.URL}}}}), Options{Engine: EngineLoop})
@@ -110,22 +184,10 @@ func TestAStreamsBackendThatResetsIsReadNoMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10) // a slow client: it reads nothing
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
 	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: acme.example.com\r\n\r\n")
-	waitFor(t, 5*time.Second, "the stream's backend reads held", func() (held bool) {
-		onLoops(e, func(l *loop) {
-			for _, c := range l.conns {
-				held = held || !c.client && c.events&unix.EPOLLIN == 0
-			}
-		})
-		return held
-	})
-	// One read of the backend, with its answer's header, is what a paused stream holds.
-	most := sampleUntilClosed(t, e, func(c *lconn) int { return len(c.out) })
-	if limit := 64<<10 + 1<<10; most > limit {
-		t.Errorf("the stream whose backend reset was read on: %d bytes held for its client, want one read (%d) at most", most, limit)
-	}
+	return e, conn
 }
 
 // sampleUntilClosed measures the loops' client connections between rounds until none

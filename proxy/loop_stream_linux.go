@@ -80,8 +80,11 @@ func (l *loop) pass(c, b *lconn, out, data []byte) {
 	}
 	if len(c.out) > 0 {
 		// The client is slower than the backend: the backend waits for it, with no
-		// deadline of its own meanwhile; the client has ClientWriteTimeout.
-		l.interest(b, b.events&^unix.EPOLLIN)
+		// deadline of its own meanwhile; the client has ClientWriteTimeout. Edge-
+		// triggered meanwhile: a reset is reported once, not at every round, and read
+		// when the client took what was written (what came before it may end the
+		// body).
+		l.interest(b, b.events&^unix.EPOLLIN|unix.EPOLLET)
 		b.deadline = 0
 		c.deadline = l.now + int64(l.p.opts.ClientWriteTimeout)
 	}
@@ -90,7 +93,7 @@ func (l *loop) pass(c, b *lconn, out, data []byte) {
 // resume reads the backend of a stream again once its client took what was written.
 func (l *loop) resume(c *lconn) {
 	if b := c.peer; b != nil && !b.closed {
-		l.interest(b, b.events|unix.EPOLLIN)
+		l.interest(b, (b.events|unix.EPOLLIN)&^unix.EPOLLET)
 		b.deadline = l.now + int64(l.p.opts.UpstreamTimeout)
 	}
 	c.deadline = 0
