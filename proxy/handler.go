@@ -70,6 +70,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	bufp := hostBufs.Get().(*[]byte)
 	defer hostBufs.Put(bufp)
 	req := &ctx.Request
+	// Taken at once: a request answered before its lookup leaves no mark for the next.
+	ic, handed := ctx.Conn().(*idleConn)
+	counted := handed && ic.lookupCounted.Load() && ic.lookupCounted.Swap(false)
 	if p.draining.Load() {
 		// Shutting down: this client's next request goes to another replica. Said once
 		// the answer is made: a backend's answer, and an error answer after a failed
@@ -104,7 +107,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	route, outcome := p.chain.LookupAt(ctx, host, ctx.Time().UnixNano())
-	if ic, ok := ctx.Conn().(*idleConn); !ok || !ic.lookupCounted.Load() || !ic.lookupCounted.Swap(false) {
+	if !counted {
 		observeLookup(outcome)
 	}
 	switch outcome {

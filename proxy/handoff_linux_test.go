@@ -111,13 +111,15 @@ func TestAHandedOverLookupIsCountedOnce(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 	}
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(okBackend(t).URL, "http://"))
+	ok := okBackend(t).URL
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(ok, "http://"))
 	named := "http://backend.eu.svc.cluster.local:" + port
 	// The route's first request starts at its second backend: the full one.
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
-		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{named, "http://" + full}}}}),
+		"acme.example.com":  {Tenant: "acme", Region: "eu", Backends: []string{named, "http://" + full}},
+		"other.example.com": {Tenant: "other", Region: "eu", Backends: []string{ok}}}}),
 		Options{Engine: EngineLoop, DialTimeout: 300 * time.Millisecond})
-	p.dialer.Resolver = tableResolver{"backend.eu.svc.cluster.local": {"127.0.0.1", "127.0.0.2"}}
+	p.dialer.Resolver = tableResolver{"backend.eu.svc.cluster.local": {"127.0.0.1", "127.0.0.2"}, "127.0.0.1": {"127.0.0.1"}}
 	addr := serveLoop(t, p)
 
 	counted := func() float64 { // the memory layer's hits and misses (outcomes share them)
@@ -141,5 +143,29 @@ func TestAHandedOverLookupIsCountedOnce(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if got := counted() - before; got != 1 {
 		t.Errorf("one request's route lookups counted %v times, want 1", got)
+	}
+
+	// A request the loop serves, then one it hands over before any lookup (HTTP/1.0)
+	// on the same connection: each counted once, by the engine that served it.
+	conn, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	before = counted()
+	for _, req := range []string{
+		"GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n",
+		"GET / HTTP/1.0\r\nHost: other.example.com\r\n\r\n",
+	} {
+		fmt.Fprint(conn, req)
+		if resp, got := readResponse(t, br, "GET"); resp.StatusCode != http.StatusOK || got != "ok" {
+			t.Fatalf("%q: %d %q, want 200 \"ok\"", req, resp.StatusCode, got)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := counted() - before; got != 2 {
+		t.Errorf("two requests on one connection, the second handed over: lookups counted %v times, want 2", got)
 	}
 }

@@ -329,7 +329,7 @@ func (l *loop) releaseBackend(b *lconn, keep bool) {
 	b.u.give(b.tenant)
 	b.peer.peer = nil
 	b.peer, b.tenant = nil, ""
-	if !keep || l.stopping || len(b.out) > 0 {
+	if !keep || l.stopping || len(b.out) > 0 || b.failed {
 		l.closeBackendOnly(b)
 		return
 	}

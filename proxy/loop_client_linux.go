@@ -273,7 +273,9 @@ func (l *loop) handOff(c *lconn) {
 	}
 	ic := newIdleConn(nc, l.p.opts.ClientReadTimeout, l.p.opts.ClientWriteTimeout, func() { l.p.limits.release(c.ip) })
 	ic.linger = lingerTimeout
-	ic.lookupCounted.Store(c.ex.observed)
+	// (Only a request in flight was looked up: one handed over as it is read is not,
+	// and c.ex is still the previous request's.)
+	ic.lookupCounted.Store(c.busy && c.ex.observed)
 	if c.inHeader || c.inBody {
 		ic.readBy.Store(c.deadline)
 	}

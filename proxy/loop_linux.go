@@ -188,6 +188,7 @@ type lconn struct {
 	reused     bool
 	idleSince  int64 // Unix nanoseconds
 	connecting bool
+	failed     bool // it failed while its reads were held: read to its end, not kept
 
 	// A client's waiting for a connection to a full pool.
 	waitFor *upstream
@@ -539,6 +540,7 @@ func (l *loop) readable(c *lconn) {
 // without an error is read as before.
 func (l *loop) failHeld(c *lconn) bool {
 	if !c.client {
+		c.failed = true
 		return true
 	}
 	errno, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
