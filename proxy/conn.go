@@ -103,8 +103,11 @@ func (c *idleConn) SetReadDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return nil // the lingering close owns the deadline now
 	}
-	if by := c.readBy.Load(); by != 0 && c.readBy.Swap(0) != 0 && (t.IsZero() || t.UnixNano() > by) {
-		t = time.Unix(0, by)
+	if by := c.readBy.Load(); by != 0 { // (read first: no write at every other call)
+		c.readBy.Store(0)
+		if t.IsZero() || t.UnixNano() > by {
+			t = time.Unix(0, by)
+		}
 	}
 	c.readHard.Store(!t.IsZero())
 	c.readUntil.Store(0)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,28 +13,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// serveLoop serves p, made with Engine: EngineLoop whatever the suite's engine (only
-// the loop hands connections over), until the test ends; it returns the address.
-func serveLoop(t *testing.T, p *Proxy) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.ServeUntil(ctx, ln, nil) }()
-	t.Cleanup(func() { p.StopNow(); cancel(); <-done })
-	return ln.Addr().String()
-}
-
 // A client whose request the loop hands to fasthttp's server when the process has no
 // descriptor to spare (the hand-over takes one, its own in Go's poller) is answered,
 // 503 with Retry-After, not dropped.
 func TestAHandOverWithoutADescriptorIsAnswered(t *testing.T) {
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
-		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{okBackend(t).URL}}}}), Options{Engine: EngineLoop})
-	conn, err := net.Dial("tcp", serveLoop(t, p))
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{okBackend(t).URL}}}}), Options{})
+	_, addr := startLoops(t, p)
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +103,9 @@ func TestAHandedOverLookupIsCountedOnce(t *testing.T) {
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com":  {Tenant: "acme", Region: "eu", Backends: []string{named, "http://" + full}},
 		"other.example.com": {Tenant: "other", Region: "eu", Backends: []string{ok}}}}),
-		Options{Engine: EngineLoop, DialTimeout: 300 * time.Millisecond})
+		Options{DialTimeout: 300 * time.Millisecond})
 	p.dialer.Resolver = tableResolver{"backend.eu.svc.cluster.local": {"127.0.0.1", "127.0.0.2"}, "127.0.0.1": {"127.0.0.1"}}
-	addr := serveLoop(t, p)
+	_, addr := startLoops(t, p)
 
 	counted := func() float64 { // the memory layer's hits and misses (outcomes share them)
 		return testutil.ToFloat64(memoryLookups[OutcomeHit]) + testutil.ToFloat64(memoryLookups[OutcomeResolved])

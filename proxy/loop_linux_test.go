@@ -14,8 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startLoops serves p on the loop engine itself, without ServeUntil's drain, so that a
-// test can look into its loops; it returns the engine and its address.
+// startLoops serves p on the loop engine itself, whatever the suite's engine (only
+// the loop hands connections over), without ServeUntil's drain, so that a test can
+// look into its loops; it returns the engine and its address.
 func startLoops(t *testing.T, p *Proxy) (*loopEngine, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -56,7 +57,7 @@ func TestAPipeliningClientThatResetsIsReadNoMore(t *testing.T) {
 	const headerBytes = 4 << 10
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
 		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend.URL}}}}),
-		Options{Engine: EngineLoop, MaxRequestHeaderBytes: headerBytes})
+		Options{MaxRequestHeaderBytes: headerBytes})
 	e, addr := startLoops(t, p)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -220,7 +221,7 @@ func streamThenReset(t *testing.T, send func(c net.Conn)) (*loopEngine, net.Conn
 		c.Close()
 	})
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{
-		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend.URL}}}}), Options{Engine: EngineLoop})
+		"acme.example.com": {Tenant: "acme", Region: "eu", Backends: []string{backend.URL}}}}), Options{})
 	e, addr := startLoops(t, p)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
