@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,6 +42,22 @@ func onLoops(e *loopEngine, f func(l *loop)) {
 		if l.post(func() { f(l); close(done) }) {
 			<-done
 		}
+	}
+}
+
+// The loops leave the runtime a P of its own: were every P held by a loop blocked in
+// epoll_wait, sysmon would take one back at each tick under load and wake a thread to
+// find nothing to do. A second engine in the process runs as many loops and adds no P.
+func TestLoopsLeaveTheRuntimeAnIdleP(t *testing.T) {
+	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{}}), Options{})
+	e, _ := startLoops(t, p)
+	procs := runtime.GOMAXPROCS(0)
+	if len(e.loops) != procs-1 || len(e.loops) < 1 {
+		t.Fatalf("%d loops with GOMAXPROCS %d: want one P more than loops", len(e.loops), procs)
+	}
+	e2, _ := startLoops(t, p)
+	if len(e2.loops) != len(e.loops) || runtime.GOMAXPROCS(0) != procs {
+		t.Fatalf("a second engine: %d loops, GOMAXPROCS %d; want %d and %d", len(e2.loops), runtime.GOMAXPROCS(0), len(e.loops), procs)
 	}
 }
 

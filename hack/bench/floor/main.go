@@ -68,7 +68,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for range runtime.GOMAXPROCS(0) {
+	// One loop a P, and one P more for the runtime: with every P held by a loop blocked
+	// in epoll_wait, sysmon would take one back at each tick and wake a thread for it
+	// (the proxy's loop engine does the same; proxy/loop_linux.go, loopCount).
+	nloops := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(nloops + 1)
+	for range nloops {
 		l, err := newLoop(&unix.SockaddrInet4{Port: la.Port, Addr: [4]byte(la.IP.To4())}, &unix.SockaddrInet4{Port: ba.Port, Addr: [4]byte(ba.IP.To4())})
 		if err != nil {
 			log.Fatal(err)
