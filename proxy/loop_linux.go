@@ -42,19 +42,45 @@ type loopEngine struct {
 	exited  sync.WaitGroup
 }
 
-// loopCount is the number of loops an engine runs, fixed at the first engine's start:
-// one for each P the runtime had then. It gives the runtime one P more than that.
-// A loop blocked in epoll_wait holds its P in a system call, and when every P is so held
-// the runtime's sysmon takes one back at each of its ticks (20 us under load) and starts
-// a thread to look for other work, which finds none: the runtime leaves a P in a system
-// call alone only while another P is idle (runtime.retake). With the spare P that idle P
-// exists; here it cut futex calls under load by six and CPU per request by 7-19%
-// (docs/benchmarks.md).
-var loopCount = sync.OnceValue(func() int {
-	n := runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(n + 1)
-	return n
-})
+// loopCount is the number of loops an engine runs: one for each P the runtime has,
+// not counting the spare P it gives the runtime where nothing bounds GOMAXPROCS.
+// A loop waiting in epoll_wait holds its P in a system call. When every P is so held,
+// sysmon takes one back once it has been there a tick and starts a thread to look for
+// other work, which finds none (runtime.retake spares a P in a system call only while
+// another P is idle or a thread spins), and its ticks shorten to 20 us while it keeps
+// taking Ps back. With one P more than loops that idle P exists: under load it cut the
+// futex calls by six and the CPU per request by 3-19% (docs/benchmarks.md).
+// A GOMAXPROCS set by hand, or below the CPUs (a container's CPU limit), is left as it
+// is: there the spare P would let one thread more than the limit's cores run Go code,
+// and the quota throttle the whole process.
+func loopCount() int {
+	loopProcs.Lock()
+	defer loopProcs.Unlock()
+	procs := runtime.GOMAXPROCS(0)
+	if procs == loopProcs.set {
+		return procs - 1 // an earlier engine gave the spare P
+	}
+	loopProcs.set = 0
+	if !spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") {
+		return procs
+	}
+	runtime.GOMAXPROCS(procs + 1)
+	loopProcs.set = procs + 1
+	logInfo("the loop engine gives the Go runtime a spare P", "loops", procs, "gomaxprocs", procs+1)
+	return procs
+}
+
+// loopProcs is the GOMAXPROCS loopCount last set, 0 if none: a later engine in the
+// process (or a test's) runs as many loops and adds no P, unless GOMAXPROCS changed.
+var loopProcs struct {
+	sync.Mutex
+	set int
+}
+
+// spareP says whether loops, one a P, get a P more: not when GOMAXPROCS was set by
+// hand (explicit), nor when it is below the CPUs the process may run on, which is the
+// runtime's default under a CPU limit.
+func spareP(procs, cpus int, explicit bool) bool { return !explicit && procs >= cpus }
 
 // loopTick is how often a loop looks for connections past their deadlines.
 const loopTick = 25 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -46,18 +47,46 @@ func onLoops(e *loopEngine, f func(l *loop)) {
 }
 
 // The loops leave the runtime a P of its own: were every P held by a loop blocked in
-// epoll_wait, sysmon would take one back at each tick under load and wake a thread to
-// find nothing to do. A second engine in the process runs as many loops and adds no P.
+// epoll_wait, sysmon would take one back under load and wake a thread to find nothing
+// to do. A second engine in the process runs as many loops and adds no P. (Where the
+// suite runs with GOMAXPROCS set by hand or under a CPU limit, there is no spare P.)
 func TestLoopsLeaveTheRuntimeAnIdleP(t *testing.T) {
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{}}), Options{})
+	loopProcs.Lock()
+	spare := 0
+	if procs := runtime.GOMAXPROCS(0); procs == loopProcs.set || spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") {
+		spare = 1
+	}
+	loopProcs.Unlock()
 	e, _ := startLoops(t, p)
 	procs := runtime.GOMAXPROCS(0)
-	if len(e.loops) != procs-1 || len(e.loops) < 1 {
-		t.Fatalf("%d loops with GOMAXPROCS %d: want one P more than loops", len(e.loops), procs)
+	if len(e.loops) != procs-spare || len(e.loops) < 1 {
+		t.Fatalf("%d loops with GOMAXPROCS %d: want %d P more than loops", len(e.loops), procs, spare)
 	}
 	e2, _ := startLoops(t, p)
 	if len(e2.loops) != len(e.loops) || runtime.GOMAXPROCS(0) != procs {
 		t.Fatalf("a second engine: %d loops, GOMAXPROCS %d; want %d and %d", len(e2.loops), runtime.GOMAXPROCS(0), len(e.loops), procs)
+	}
+}
+
+// GOMAXPROCS set by hand, or held below the CPUs by a CPU limit, gets no spare P: it
+// would let one thread more than the limit's cores run Go code, and the quota throttle
+// the process.
+func TestASpareLoopPOnlyWhereNothingBoundsGOMAXPROCS(t *testing.T) {
+	for _, tc := range []struct {
+		procs, cpus int
+		explicit    bool
+		want        bool
+	}{
+		{procs: 2, cpus: 2, want: true},
+		{procs: 8, cpus: 8, want: true},
+		{procs: 2, cpus: 8, want: false}, // the runtime's default under a 2-CPU limit
+		{procs: 2, cpus: 2, explicit: true, want: false},
+		{procs: 16, cpus: 8, explicit: true, want: false},
+	} {
+		if got := spareP(tc.procs, tc.cpus, tc.explicit); got != tc.want {
+			t.Errorf("GOMAXPROCS %d on %d CPUs (set by hand: %v): spare P %v, want %v", tc.procs, tc.cpus, tc.explicit, got, tc.want)
+		}
 	}
 }
 
