@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,9 +51,9 @@ type loopEngine struct {
 // another P is idle or a thread spins), and its ticks shorten to 20 us while it keeps
 // taking Ps back. With one P more than loops that idle P exists: under load it cut the
 // futex calls by six and the CPU per request by 3-19% (docs/benchmarks.md).
-// A GOMAXPROCS set by hand, or below the CPUs (a container's CPU limit), is left as it
-// is: there the spare P would let one thread more than the limit's cores run Go code,
-// and the quota throttle the whole process.
+// A GOMAXPROCS set by hand, or under a CPU limit, is left as it is: there the spare P
+// would let one thread more than the limit's cores run Go code, and the quota throttle
+// the whole process.
 func loopCount() int {
 	loopProcs.Lock()
 	defer loopProcs.Unlock()
@@ -61,7 +62,7 @@ func loopCount() int {
 		return procs - 1 // an earlier engine gave the spare P
 	}
 	loopProcs.set = 0
-	if !spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") {
+	if !spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") || cpuLimited(os.ReadFile) {
 		return procs
 	}
 	runtime.GOMAXPROCS(procs + 1)
@@ -81,6 +82,25 @@ var loopProcs struct {
 // hand (explicit), nor when it is below the CPUs the process may run on, which is the
 // runtime's default under a CPU limit.
 func spareP(procs, cpus int, explicit bool) bool { return !explicit && procs >= cpus }
+
+// cgroupCPUFiles hold the container's CPU quota: cgroup v2 ("max" or "quota period"),
+// then v1 (-1 for none).
+var cgroupCPUFiles = []string{"/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"}
+
+// cpuLimited says whether the process's cgroup has a CPU quota. The runtime's default
+// GOMAXPROCS is at least 2, so on a 2-CPU node a limit of 1 leaves it equal to the CPUs,
+// where spareP cannot see the limit.
+func cpuLimited(read func(string) ([]byte, error)) bool {
+	for _, path := range cgroupCPUFiles {
+		b, err := read(path)
+		if err != nil {
+			continue
+		}
+		quota, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		return quota != "max" && quota != "-1" && quota != ""
+	}
+	return false
+}
 
 // loopTick is how often a loop looks for connections past their deadlines.
 const loopTick = 25 * time.Millisecond

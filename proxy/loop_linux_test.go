@@ -54,7 +54,8 @@ func TestLoopsLeaveTheRuntimeAnIdleP(t *testing.T) {
 	p := New(NewChain(ChainOptions{}, &fakeLayer{name: "source", routes: map[string]Route{}}), Options{})
 	loopProcs.Lock()
 	spare := 0
-	if procs := runtime.GOMAXPROCS(0); procs == loopProcs.set || spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") {
+	if procs := runtime.GOMAXPROCS(0); procs == loopProcs.set ||
+		spareP(procs, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != "") && !cpuLimited(os.ReadFile) {
 		spare = 1
 	}
 	loopProcs.Unlock()
@@ -69,7 +70,7 @@ func TestLoopsLeaveTheRuntimeAnIdleP(t *testing.T) {
 	}
 }
 
-// GOMAXPROCS set by hand, or held below the CPUs by a CPU limit, gets no spare P: it
+// GOMAXPROCS set by hand, or under a CPU limit, gets no spare P: it
 // would let one thread more than the limit's cores run Go code, and the quota throttle
 // the process.
 func TestASpareLoopPOnlyWhereNothingBoundsGOMAXPROCS(t *testing.T) {
@@ -86,6 +87,28 @@ func TestASpareLoopPOnlyWhereNothingBoundsGOMAXPROCS(t *testing.T) {
 	} {
 		if got := spareP(tc.procs, tc.cpus, tc.explicit); got != tc.want {
 			t.Errorf("GOMAXPROCS %d on %d CPUs (set by hand: %v): spare P %v, want %v", tc.procs, tc.cpus, tc.explicit, got, tc.want)
+		}
+	}
+	// A quota the runtime rounds up to the CPUs (1 CPU on a 2-CPU node: GOMAXPROCS 2)
+	// is read from the cgroup.
+	for _, tc := range []struct {
+		files   map[string]string
+		limited bool
+	}{
+		{files: map[string]string{"/sys/fs/cgroup/cpu.max": "100000 100000\n"}, limited: true},
+		{files: map[string]string{"/sys/fs/cgroup/cpu.max": "max 100000\n"}, limited: false},
+		{files: map[string]string{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "50000\n"}, limited: true},
+		{files: map[string]string{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, limited: false},
+		{files: map[string]string{}, limited: false},
+	} {
+		read := func(path string) ([]byte, error) {
+			if v, ok := tc.files[path]; ok {
+				return []byte(v), nil
+			}
+			return nil, os.ErrNotExist
+		}
+		if got := cpuLimited(read); got != tc.limited {
+			t.Errorf("cgroup files %q: limited %v, want %v", tc.files, got, tc.limited)
 		}
 	}
 }
