@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,24 +293,32 @@ func TestACMEProtocolBesideOthersIsAnOrdinaryHandshake(t *testing.T) {
 	}
 }
 
+// renewRuns numbers the runs of TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake.
+var renewRuns atomic.Int32
+
 // TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake: short-lived certificates
 // from Pebble are renewed while clients keep connecting; no handshake fails and a
 // new certificate is served before the old one expires.
 func TestCertificateNearExpiryIsRenewedWithoutAFailedHandshake(t *testing.T) {
+	// A name of its own at each run: the ACME library renews in the background for
+	// up to 5 minutes past the test, and holds a process-wide wait on the name
+	// meanwhile, so a second run (-count) under the same name would wait on the
+	// first's renewal against a CA that is gone.
+	name := fmt.Sprintf("app%d.renew.test", renewRuns.Add(1))
 	ln, tln := listenPair(t)
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{HTTPPort: port(ln), TLSPort: port(tln), Validity: 20 * time.Second})
 	storage := redisStorage(t, testenv.StartRedis(t))
-	tp := startTLSProxy(t, map[string]Route{"app.renew.test": {Tenant: "r", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
+	tp := startTLSProxy(t, map[string]Route{name: {Tenant: "r", Region: "eu", Backends: []string{"http://127.0.0.1:1"}}},
 		ln, tln, httpsTest{Options: certs.Options{ACME: certs.ACMEOptions{CA: pebble.Directory, RootCAs: pebble.APIRoots, Storage: storage, RenewalWindowRatio: 0.5}}})
 
-	first, err := handshake(tp.secure, "app.renew.test", pebble.IssuerRoots)
+	first, err := handshake(tp.secure, name, pebble.IssuerRoots)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var renewed *x509.Certificate
 	handshakes := 0
 	for deadline := first.NotAfter; time.Now().Before(deadline); handshakes++ {
-		c, err := handshake(tp.secure, "app.renew.test", pebble.IssuerRoots)
+		c, err := handshake(tp.secure, name, pebble.IssuerRoots)
 		if err != nil {
 			t.Fatalf("handshake %d, %s before the first certificate expires: %v", handshakes, time.Until(first.NotAfter).Round(time.Millisecond), err)
 		}
