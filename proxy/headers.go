@@ -64,7 +64,7 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, route *CachedRoute) {
 	} else {
 		buf = ip.AppendTo(buf)
 	}
-	buf = strconv.AppendQuote(append(buf, ";host="...), unsafeString(ctx.Host()))
+	buf = appendQuoted(append(buf, ";host="...), ctx.Host())
 	buf = append(append(buf, ";proto="...), proto...)
 	h.Del("Forwarded")
 	h.SetBytesV("Forwarded", buf)
@@ -228,6 +228,18 @@ func protectedToken(token []byte) bool {
 		}
 	}
 	return false
+}
+
+// appendQuoted appends s quoted, byte for byte as strconv.AppendQuote would. A host
+// (the Forwarded field's, at every request) is printable ASCII: copied between quotes,
+// without AppendQuote's rune-by-rune walk; anything else is AppendQuote's.
+func appendQuoted(out, s []byte) []byte {
+	for _, c := range s {
+		if c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.AppendQuote(out, unsafeString(s))
+		}
+	}
+	return append(append(append(out, '"'), s...), '"')
 }
 
 // unsafeString views bytes as a string for a call that does not keep it.

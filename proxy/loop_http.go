@@ -307,11 +307,15 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 			out = append(out, f.raw...)
 		}
 	}
+	// The client's address, formatted once for the three fields that carry it (at
+	// most 45 bytes without a zone, which an accepted address has none of).
+	var addrBuf [64]byte
+	addr := ip.AppendTo(addrBuf[:0])
 	// Joined as prepare joins them: the values with ", ", then ", " if that is not
 	// empty.
 	out = append(out, "X-Forwarded-For: "...)
 	out = appendJoined(out, xff)
-	out = ip.AppendTo(out)
+	out = append(out, addr...)
 	out = append(out, "\r\n"...)
 	if !keepHost {
 		out = append(appendLower(append(out, "X-Forwarded-Host: "...), r.host), "\r\n"...)
@@ -320,19 +324,19 @@ func appendBackendRequest(out []byte, r *loopRequest, ip netip.Addr, trusted boo
 		out = append(out, "X-Forwarded-Proto: http\r\n"...)
 	}
 	if !keepReal {
-		out = append(ip.AppendTo(append(out, "X-Real-Ip: "...)), "\r\n"...)
+		out = append(append(append(out, "X-Real-Ip: "...), addr...), "\r\n"...)
 	}
 	out = append(out, "Forwarded: "...)
 	out = appendJoined(out, fwd)
 	out = append(out, "for="...)
 	if ip.Is6() {
-		out = append(ip.AppendTo(append(out, `"[`...)), `]"`...)
+		out = append(append(append(out, `"[`...), addr...), `]"`...)
 	} else {
-		out = ip.AppendTo(out)
+		out = append(out, addr...)
 	}
 	out = append(out, ";host="...)
 	quoted := len(out)
-	out = strconv.AppendQuote(out, unsafeString(r.host))
+	out = appendQuoted(out, r.host)
 	lower(out[quoted:])
 	return append(out, ";proto=http\r\nX-Tenant-Id: "...)
 }
