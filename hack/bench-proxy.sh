@@ -4,7 +4,8 @@
 # reverse proxy keeping connections to the backend alive), and hack/bench/floor (the
 # cheapest HTTP/1.1 forwarder Go can be here: no parsing, no lookup, no limits). Same Go
 # backend (512-byte answers), same load generator (wrk -t1 -c50), alternating rounds;
-# prints each one's requests/s, p99 and CPU per request, and their ratios to nginx.
+# prints each one's requests/s, p99, CPU per request and the backend's CPU per request,
+# and the first three's ratios to nginx.
 #
 #   KINDS="plain tls hosts"   the rounds (default all three):
 #     plain  HTTP/1.1 keep-alive, one hostname
@@ -20,7 +21,9 @@
 #                             default loop engine (plain HTTP only); "floorwork" adds the
 #                             floor doing the proxy's per-request work (floor -work),
 #                             "floorinplace" the same work line by line, as nginx does it
-#                             (floor -work -inplace)
+#                             (floor -work -inplace); "nginx2" a second nginx, configured
+#                             as the first: its ratios to nginx are the measurement's own
+#                             spread, what any contender's could show from noise alone
 # Needs nginx, haproxy, caddy and wrk (hack/ensure-deps.sh bench installs them).
 set -euo pipefail
 # shellcheck source=bench/measure.sh
@@ -45,7 +48,8 @@ cat "${work}/certs/tls.crt" "${work}/certs/tls.key" > "${work}/certs/haproxy.pem
 for i in $(seq 0 $((nhosts - 1))); do echo "t${i}.bench.example.com"; done > "${work}/hosts"
 
 # Ports: plain 190x2..6, TLS 1901x, many hosts 1903x; x = 2 proxy, 3 nginx, 4 floor,
-# 5 HAProxy, 6 Caddy. The proxy and the floor serve every hostname on one port.
+# 5 HAProxy, 6 Caddy, 7 the second nginx (plain on 19010). The proxy and the floor serve
+# every hostname on one port.
 declare -A port=(
   [plain.proxy]=19002 [tls.proxy]=19012 [hosts.proxy]=19002
   [plain.nginx]=19003 [tls.nginx]=19013 [hosts.nginx]=19033
@@ -55,10 +59,12 @@ declare -A port=(
   [plain.loop]=19009 [hosts.loop]=19009
   [plain.haproxy]=19005 [tls.haproxy]=19015 [hosts.haproxy]=19035
   [plain.caddy]=19006 [tls.caddy]=19016 [hosts.caddy]=19036
+  [plain.nginx2]=19010 [tls.nginx2]=19017 [hosts.nginx2]=19037
 )
 declare -A cpu_pids
 
 "${work}/backend" -listen 127.0.0.1:19001 & pids+=($!)
+backend_pid=$!
 "${work}/proxy" -listen 127.0.0.1:19002 -backend http://127.0.0.1:19001 -hosts "${nhosts}" \
   -tls-listen 127.0.0.1:19012 -cert-dir "${work}/certs" -engine fasthttp & pids+=($!)
 cpu_pids[proxy]=$!
@@ -124,6 +130,13 @@ NGINX
   nginx -c "${work}/nginx.conf" -g 'daemon off;' & pids+=($!)
   sleep 1
   cpu_pids[nginx]="$(pgrep -P "${pids[-1]}" | tr '\n' ' ')"
+  if [[ " ${peers} " == *" nginx2 "* ]]; then
+    sed -e 's/19003/19010/; s/19013/19017/; s/19033/19037/g' -e 's|/nginx\([.-]\)|/nginx2\1|g' \
+      "${work}/nginx.conf" > "${work}/nginx2.conf"
+    nginx -c "${work}/nginx2.conf" -g 'daemon off;' & pids+=($!)
+    sleep 1
+    cpu_pids[nginx2]="$(pgrep -P "${pids[-1]}" | tr '\n' ' ')"
+  fi
 fi
 
 if [[ " ${peers} " == *" haproxy "* ]]; then
@@ -185,7 +198,9 @@ CADDY
 fi
 sleep 2
 
-# measure kind name: one wrk run; prints "kind name requests/s p99-ms CPU-us-per-request".
+# measure kind name: one wrk run; prints "kind name requests/s p99-ms CPU-us-per-request
+# backend-CPU-us-per-request". The backend's share shows what a contender's request costs
+# the backend (each field it adds is parsed there), on the cores they all share.
 measure() {
   local kind=$1 name=$2 scheme=http args=(-H 'Host: bench.example.com')
   [[ "${kind}" == tls ]] && scheme=https
@@ -195,23 +210,29 @@ measure() {
   local -a ps=(${cpu_pids[${name}]})
   HOSTS="${nhosts}" wrk -t1 -c50 -d2s "${args[@]}" "${url}" >/dev/null # warm up
   local before; before=$(ticks "${ps[@]}")
+  local backend_before; backend_before=$(ticks "${backend_pid}")
   HOSTS="${nhosts}" wrk -t1 -c50 -d"${duration}" --latency "${args[@]}" "${url}" > "${work}/out.txt"
   local cpu=$(( $(ticks "${ps[@]}") - before ))
+  local backend_cpu=$(( $(ticks "${backend_pid}") - backend_before ))
   # A contender that answers errors (or refuses) is broken, not fast.
   if grep -qE 'Non-2xx|Socket errors' "${work}/out.txt"; then
     echo "${kind} round against ${name}: errors" >&2; cat "${work}/out.txt" >&2; exit 1
   fi
   local requests; requests=$(awk '/requests in/ {print $1}' "${work}/out.txt")
   echo "${kind} ${name} $(awk '/Requests\/sec/ {print $2}' "${work}/out.txt") $(to_ms "$(awk '$1 == "99%" {print $2}' "${work}/out.txt")")" \
-    "$(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
+    "$(awk -v c="${cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')" \
+    "$(awk -v c="${backend_cpu}" -v hz="${hz}" -v r="${requests}" 'BEGIN { printf "%.1f", c / hz * 1e6 / r }')"
 }
 
 # Alternate the contenders, several rounds, and compare medians: this machine's
-# throughput drifts by 10-20% from one run to the next.
+# throughput drifts by 10-20% from one run to the next. Each round takes them in an
+# order of its own (shuf): in one fixed order, a contender would always run at the same
+# point of the round and after the same other one, and what that costs or spares it
+# would read as its own.
 : > "${work}/results"
 for _ in $(seq "${rounds}"); do
   for kind in ${kinds}; do
-    for name in proxy ${peers}; do
+    for name in $(printf '%s\n' proxy ${peers} | shuf); do
       [[ -n "${port[${kind}.${name}]:-}" ]] || continue
       measure "${kind}" "${name}" | tee -a "${work}/results"
     done
@@ -221,12 +242,12 @@ col() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n { print $c }' "${w
 echo
 echo "medians of ${rounds} alternating rounds (ratios to nginx's medians):"
 for kind in ${kinds}; do
-  printf '%-6s %-12s %11s %9s %9s %10s %8s %8s\n' "${kind}" "" "requests/s" "p99 ms" "CPU us/r" "x nginx/s" "x p99" "x CPU"
+  printf '%-6s %-12s %11s %9s %9s %10s %10s %8s %8s\n' "${kind}" "" "requests/s" "p99 ms" "CPU us/r" "backend/r" "x nginx/s" "x p99" "x CPU"
   ref_rps=$(col "${kind}" nginx 3); ref_p99=$(col "${kind}" nginx 4); ref_cpu=$(col "${kind}" nginx 5)
   for name in proxy ${peers}; do
     [[ -n "${port[${kind}.${name}]:-}" ]] || continue
     rps=$(col "${kind}" "${name}" 3); p99=$(col "${kind}" "${name}" 4); cpu=$(col "${kind}" "${name}" 5)
-    printf '%-6s %-12s %11s %9s %9s' "" "${name}" "${rps}" "${p99}" "${cpu}"
+    printf '%-6s %-12s %11s %9s %9s %10s' "" "${name}" "${rps}" "${p99}" "${cpu}" "$(col "${kind}" "${name}" 6)"
     if [[ -n "${ref_rps}" ]]; then
       awk -v a="${rps}" -v b="${ref_rps}" -v c="${p99}" -v d="${ref_p99}" -v e="${cpu}" -v f="${ref_cpu}" \
         'BEGIN { printf " %9.2fx %7.2fx %7.2fx", a/b, c/d, e/f }'
