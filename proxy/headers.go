@@ -230,9 +230,10 @@ func protectedToken(token []byte) bool {
 	return false
 }
 
-// appendQuoted appends s quoted, byte for byte as strconv.AppendQuote would. A host
-// (the Forwarded field's, at every request) is printable ASCII: copied between quotes,
-// without AppendQuote's rune-by-rune walk; anything else is AppendQuote's.
+// appendQuoted appends s quoted, byte for byte as strconv.AppendQuote would. The host
+// quoted into Forwarded at every request is printable ASCII but for a hostile client's:
+// it is copied between quotes, without AppendQuote's rune-by-rune walk, and anything
+// else is AppendQuote's to escape.
 func appendQuoted(out, s []byte) []byte {
 	for _, c := range s {
 		if c < ' ' || c > '~' || c == '"' || c == '\\' {
